@@ -1,0 +1,68 @@
+# Sluice: the two commands in the README are `make demo` and `make test`.
+# Every target is idempotent: a second run reuses what is installed.
+
+PYTHON     ?= python3.11
+VENV       ?= .venv
+SLUICE_HOME ?= $(CURDIR)/.sluice
+SLUICE_JARS ?= $(SLUICE_HOME)/jars
+export SLUICE_HOME SLUICE_JARS
+
+BIN   := $(VENV)/bin
+JARS  := $(SLUICE_JARS)
+UV    := $(BIN)/uv
+MVN   := mvn -q -B
+
+.PHONY: setup demo test lint types unit integration e2e clean distclean help
+
+help:
+	@echo "make demo   set up, then run the device-signal and payment pipelines end to end"
+	@echo "make test   set up, then lint, type-check and run the whole test suite"
+	@echo "make setup  install the Spark runtime (.venv) and the JVM jars ($(JARS))"
+	@echo "make clean  stop the broker and remove local state (tables, checkpoints, broker data)"
+
+setup: $(BIN)/.installed $(JARS)/kafka/.installed $(JARS)/spark/.installed
+
+# Java 17 and Maven come from the OS packages when missing (Debian/Ubuntu, as root).
+$(SLUICE_HOME)/.tools:
+	@command -v java >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1 || { \
+	  echo "installing Java 17 and Maven (apt-get)"; \
+	  apt-get update -qq && apt-get install -y -qq openjdk-17-jdk-headless maven >/dev/null; }
+	@java -version 2>&1 | head -1 | grep -Eq '"(1[7-9]|2[0-9])' || { echo "Java 17+ is required"; exit 1; }
+	@mkdir -p $(SLUICE_HOME) && touch $@
+
+$(BIN)/.installed: requirements.txt pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@test -x $(UV) || $(BIN)/python -m pip install -q uv==0.13.8
+	$(UV) pip install -q --python $(BIN)/python -r requirements.txt -e .
+	@touch $@
+
+$(JARS)/kafka/.installed: pom.xml | $(SLUICE_HOME)/.tools
+	$(MVN) -P kafka dependency:copy-dependencies -DoutputDirectory=$(JARS)/kafka
+	@touch $@
+
+$(JARS)/spark/.installed: pom.xml | $(SLUICE_HOME)/.tools
+	$(MVN) -P spark dependency:copy-dependencies -DoutputDirectory=$(JARS)/spark
+	@touch $@
+
+demo: setup
+	$(BIN)/sluice demo
+
+lint: setup
+	$(BIN)/ruff check sluice jobs dags tests benchmarks
+	$(BIN)/ruff format --check sluice jobs dags tests benchmarks
+
+types: setup
+	$(BIN)/mypy
+
+test: lint types
+	$(BIN)/pytest --timeout=900 $(PYTEST_ARGS)
+
+unit: setup
+	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+
+clean:
+	-@test -x $(BIN)/sluice && $(BIN)/sluice kafka down >/dev/null 2>&1
+	rm -rf $(SLUICE_HOME)/kafka $(SLUICE_HOME)/tables $(SLUICE_HOME)/checkpoints $(SLUICE_HOME)/logs
+
+distclean: clean
+	rm -rf $(VENV) $(SLUICE_HOME)

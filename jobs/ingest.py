@@ -1,0 +1,231 @@
+"""The ingest job: one pipeline spec, Kafka JSON in, a date-partitioned table out.
+
+Run by ``sluice run SPEC`` and by Airflow, both through spark-submit::
+
+    spark-submit ... jobs/ingest.py --spec pipelines/device_signals.yaml [--available-now]
+
+Per micro-batch: parse every record, write the good ones (flattened) to the output table
+and the rest to the quarantine table with the reason, and record the counts
+(records in = records out + records quarantined) in the audit log beside the checkpoint.
+Both tables are written exactly once per batch, so a crash at any moment followed by a
+restart from the same checkpoint neither loses nor repeats a record.
+
+SIGTERM or Ctrl-C stops the query after the batch in progress has committed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
+
+from jobs import hadoopfs
+from jobs.parse import REASON, flat_rows, parse, quarantine_rows, read_kafka
+from jobs.sinks import BatchSink, DeltaSink, ParquetSink
+from sluice.spec import Pipeline, SpecError, load_pipeline
+
+log = logging.getLogger("sluice.ingest")
+
+
+class CheckpointMismatch(RuntimeError):
+    """The table has data but the checkpoint is new: running would repeat or skip data."""
+
+
+@dataclass
+class BatchAudit:
+    pipeline: str
+    batch_id: int
+    records_in: int
+    records_out: int
+    records_quarantined: int
+    rows_out: int  # differs from records_out only when arrays are exploded
+    offsets: dict[str, dict[str, list[int]]] = field(default_factory=dict)  # topic -> partition -> [first, last]
+    seconds: float = 0.0
+    written_at: str = ""
+
+
+class BatchWriter:
+    """The ``foreachBatch`` function: split one batch between the two tables."""
+
+    def __init__(self, spark: SparkSession, pipeline: Pipeline) -> None:
+        self.spark, self.pipeline = spark, pipeline
+        self._sinks: tuple[BatchSink, BatchSink] | None = None
+
+    def sinks(self) -> tuple[BatchSink, BatchSink]:
+        if self._sinks is None:
+            p, date_col = self.pipeline, self.pipeline.spec.date_partition.column
+            if p.spec.sink.format == "delta":
+                app_id = query_id(self.spark, p)
+                self._sinks = (
+                    DeltaSink(self.spark, p.sink_path, date_col, app_id),
+                    DeltaSink(self.spark, p.quarantine_path, date_col, app_id),
+                )
+            else:
+                self._sinks = (
+                    ParquetSink(self.spark, p.sink_path, date_col),
+                    ParquetSink(self.spark, p.quarantine_path, date_col),
+                )
+        return self._sinks
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        started = time.monotonic()
+        out, quarantine = self.sinks()
+        batch = batch.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            audit = self._count(batch, batch_id)
+            if audit.records_out:
+                good = flat_rows(batch.filter(F.col(REASON).isNull()), self.pipeline)
+                if self.pipeline.plan.explodes:
+                    good = good.persist(StorageLevel.MEMORY_AND_DISK)
+                    audit.rows_out = good.count()
+                out.write(good, batch_id)
+            if audit.records_quarantined:
+                quarantine.write(quarantine_rows(batch.filter(F.col(REASON).isNotNull()), self.pipeline), batch_id)
+        finally:
+            batch.unpersist()
+        audit.seconds = round(time.monotonic() - started, 3)
+        audit.written_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        hadoopfs.write_text(self.spark, f"{self.pipeline.audit_path}/{batch_id:012d}.json", json.dumps(asdict(audit)))
+        log.info(
+            "%s batch %d: %d records in -> %d out (%d rows), %d quarantined in %.2fs",
+            self.pipeline.name,
+            batch_id,
+            audit.records_in,
+            audit.records_out,
+            audit.rows_out,
+            audit.records_quarantined,
+            audit.seconds,
+        )
+
+    def _count(self, batch: DataFrame, batch_id: int) -> BatchAudit:
+        rows = (
+            batch.groupBy("topic", "partition", F.col(REASON).isNull().alias("ok"))
+            .agg(F.count(F.lit(1)).alias("n"), F.min("offset").alias("first"), F.max("offset").alias("last"))
+            .collect()
+        )
+        audit = BatchAudit(self.pipeline.name, batch_id, 0, 0, 0, 0)
+        for r in rows:
+            audit.records_in += r["n"]
+            if r["ok"]:
+                audit.records_out += r["n"]
+            else:
+                audit.records_quarantined += r["n"]
+            span = audit.offsets.setdefault(r["topic"], {}).setdefault(str(r["partition"]), [r["first"], r["last"]])
+            span[0], span[1] = min(span[0], r["first"]), max(span[1], r["last"])
+        audit.rows_out = audit.records_out
+        return audit
+
+
+def query_id(spark: SparkSession, pipeline: Pipeline) -> str:
+    """The streaming query's id, which Spark keeps in the checkpoint for its lifetime.
+
+    It names this writer in Delta's idempotent-write log; a new checkpoint gets a new id,
+    so its batch ids (which start at 0 again) are never mistaken for the old ones.
+    """
+    meta = json.loads(hadoopfs.read_text(spark, f"{pipeline.checkpoint_path}/metadata"))
+    return f"sluice-{pipeline.name}-{meta['id']}"
+
+
+def check_checkpoint(spark: SparkSession, pipeline: Pipeline) -> None:
+    """Refuse a new checkpoint for a table that already has data.
+
+    A fresh checkpoint starts again at batch 0 and at ``starting_offsets``: with Parquet
+    the log would skip its batches as already written (data lost), with Delta it would
+    append everything again (data duplicated).
+    """
+    if hadoopfs.has_children(spark, f"{pipeline.checkpoint_path}/offsets"):
+        return
+    p = pipeline
+    for path in (p.sink_path, p.quarantine_path):
+        for log_dir in ("_delta_log", "_spark_metadata"):
+            if hadoopfs.has_children(spark, f"{path}/{log_dir}"):
+                raise CheckpointMismatch(
+                    f"{p.name}: the table {path} already has data, but the checkpoint {p.checkpoint_path} "
+                    "has no progress. Restore the checkpoint that wrote the table, or write to a new sink "
+                    "path; starting over would repeat or skip records."
+                )
+
+
+def start(spark: SparkSession, pipeline: Pipeline, available_now: bool = False) -> StreamingQuery:
+    """Start the pipeline's streaming query and return it."""
+    check_checkpoint(spark, pipeline)
+    trigger = {"availableNow": True} if available_now else pipeline.spec.trigger.spark_kwargs()
+    return (
+        parse(read_kafka(spark, pipeline), pipeline)
+        .writeStream.queryName(pipeline.name)
+        .option("checkpointLocation", pipeline.checkpoint_path)
+        .foreachBatch(BatchWriter(spark, pipeline))
+        .trigger(**trigger)
+        .start()
+    )
+
+
+def run_until_stopped(query: StreamingQuery, stop: threading.Event, poll: int = 1) -> None:
+    """Wait for the query to end; on a stop request, stop between batches."""
+    while query.isActive:
+        if stop.is_set():
+            while query.isActive and query.status.get("isTriggerActive"):
+                time.sleep(0.1)
+            log.info("stopping %s after its last committed batch", query.name)
+            query.stop()
+            break
+        query.awaitTermination(poll)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ingest.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--spec", required=True, help="pipeline spec file (or a pipeline name)")
+    parser.add_argument("--available-now", action="store_true", help="process what is in Kafka now, then stop")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+
+    try:
+        pipeline = load_pipeline(args.spec)
+    except SpecError as exc:
+        log.error("invalid spec: %s", exc)
+        return 2
+
+    spark = SparkSession.builder.appName(f"sluice-{pipeline.name}").getOrCreate()
+    stop = threading.Event()
+
+    def request_stop(signum: int, _frame: Any) -> None:
+        log.info("received %s", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    try:
+        query = start(spark, pipeline, available_now=args.available_now)
+    except CheckpointMismatch as exc:
+        log.error("%s", exc)
+        return 3
+    log.info(
+        "%s: started query %s (%s sink, checkpoint %s)",
+        pipeline.name,
+        query.id,
+        pipeline.spec.sink.format,
+        pipeline.checkpoint_path,
+    )
+    run_until_stopped(query, stop)
+    error = query.exception()
+    if error is not None:
+        log.error("%s failed: %s", pipeline.name, error)
+        return 1
+    log.info("%s: stopped cleanly", pipeline.name)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

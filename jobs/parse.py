@@ -1,0 +1,98 @@
+"""Kafka records to parsed events: the stages before a batch is split and written.
+
+``value`` is cast to a string and parsed with ``from_json`` against the pipeline's
+schema plus a corrupt-record column; the event time is derived and every record gets
+its quarantine reason (NULL when it is good). Nothing is filtered here: each record
+read from Kafka reaches the batch writer, which sends it to one table or the other.
+"""
+
+from __future__ import annotations
+
+import json
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from sluice import eventtime, flatten
+from sluice import quarantine as q
+from sluice.flatten import PARSED, quote
+from sluice.spec import Pipeline
+
+REASON = "__reason"
+KEY = "__key"
+
+
+def read_kafka(spark: SparkSession, pipeline: Pipeline) -> DataFrame:
+    return spark.readStream.format("kafka").options(**pipeline.spec.source.spark_options()).load()
+
+
+def parse_schema(pipeline: Pipeline) -> StructType:
+    """The event schema plus the column ``from_json`` fills when a record does not fit."""
+    schema = json.loads(pipeline.schema.to_spark_json())
+    schema["fields"].append({"name": q.CORRUPT, "type": "string", "nullable": True, "metadata": {}})
+    return StructType.fromJson(schema)
+
+
+def parse(raw: DataFrame, pipeline: Pipeline) -> DataFrame:
+    et = pipeline.spec.event_time
+    event_field = pipeline.schema.find(et.field)
+    assert event_field is not None  # checked when the spec was loaded
+    event_expr = PARSED + "." + ".".join(quote(p) for p in et.field.split("."))
+    options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": q.CORRUPT}
+    return (
+        raw.select(
+            F.col("key").alias(KEY),
+            F.col("value").alias(q.VALUE),
+            F.col("value").cast("string").alias(q.JSON),
+            "topic",
+            "partition",
+            "offset",
+            "timestamp",
+        )
+        .withColumn(PARSED, F.from_json(q.JSON, parse_schema(pipeline), options))
+        .withColumn(q.EVENT_TS, F.expr(eventtime.event_time_sql(event_expr, et.format, event_field.type)))
+        .withColumn(REASON, F.expr(q.reason_sql(pipeline.schema, et.field, et.format)))
+    )
+
+
+def _lineage() -> list[Column]:
+    return [
+        F.col("topic").alias(flatten.KAFKA_TOPIC),
+        F.col("partition").alias(flatten.KAFKA_PARTITION),
+        F.col("offset").alias(flatten.KAFKA_OFFSET),
+        F.col("timestamp").alias(flatten.KAFKA_TIMESTAMP),
+    ]
+
+
+def flat_rows(good: DataFrame, pipeline: Pipeline) -> DataFrame:
+    """Good records as flat output rows (exploding arrays the spec names)."""
+    plan = pipeline.plan
+    for ex in plan.explodes:
+        good = good.select("*", F.expr(f"explode_outer({ex.expr})").alias(ex.alias))
+    dp = pipeline.spec.date_partition
+    return good.select(
+        *[F.expr(c.expr).alias(c.name) for c in plan.columns],
+        *_lineage(),
+        F.col(q.EVENT_TS).alias(flatten.EVENT_TIME),
+        F.current_timestamp().alias(flatten.INGESTED_AT),
+        F.expr(eventtime.date_sql(q.EVENT_TS, dp.timezone)).alias(dp.column),
+    )
+
+
+def quarantine_rows(bad: DataFrame, pipeline: Pipeline) -> DataFrame:
+    """Rejected records as they came, with their Kafka coordinates and the reason.
+
+    They are partitioned by the date they were ingested: their event time may be the
+    very thing that is wrong.
+    """
+    dp = pipeline.spec.date_partition
+    return bad.select(
+        F.col(KEY).alias("raw_key"),
+        F.col(q.VALUE).alias("raw_value"),
+        F.col(q.JSON).alias("raw_text"),
+        *_lineage(),
+        F.col(REASON).alias("reason"),
+        F.current_timestamp().alias(flatten.INGESTED_AT),
+        F.expr(eventtime.date_sql("current_timestamp()", dp.timezone)).alias(dp.column),
+    )

@@ -1,0 +1,22 @@
+"""A Spark session configured like a submitted Sluice job, for in-process use
+(``sluice sql``, the demo's report, tests). Submitted jobs get the same settings
+from :mod:`sluice.submit` on the spark-submit command line."""
+
+from __future__ import annotations
+
+import os
+
+from pyspark.sql import SparkSession
+
+from sluice.submit import default_master, spark_conf, spark_jars
+
+
+def local_session(app: str = "sluice", master: str | None = None, conf: dict[str, str] | None = None) -> SparkSession:
+    if (master or default_master()).startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = SparkSession.builder.master(master or default_master()).appName(app)
+    for key, value in (spark_conf(conf) | {"spark.jars": ",".join(spark_jars())}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark

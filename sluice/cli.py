@@ -1,0 +1,371 @@
+"""The ``sluice`` command: the embedded broker, topics, producers, jobs and SQL.
+
+Every command has ``--help``. Commands that need Spark (``sql``, ``demo``) import it
+only when they run, so the rest start instantly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from sluice import config
+from sluice.broker import BrokerError, EmbeddedBroker
+from sluice.generate import EventGenerator
+from sluice.produce import ProduceError, ProduceReport, read_ndjson, send, synthetic
+from sluice.spec import Pipeline, SpecError, all_pipelines, load_pipeline
+from sluice.submit import ingest_submission, submit_env
+from sluice.topics import create_topics, end_offsets
+
+console = Console(highlight=False)
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    help="Sluice: Kafka JSON events to date-partitioned Delta/Parquet tables with Spark.",
+)
+kafka_app = typer.Typer(no_args_is_help=True, help="The embedded Kafka broker (KRaft, localhost only).")
+topics_app = typer.Typer(no_args_is_help=True, help="Kafka topics.")
+app.add_typer(kafka_app, name="kafka")
+app.add_typer(topics_app, name="topics")
+
+SpecArg = Annotated[str, typer.Argument(help="A spec file, or a pipeline name from pipelines/.")]
+Bootstrap = Annotated[
+    str | None, typer.Option("--bootstrap", help="Kafka bootstrap servers [default: the embedded broker].")
+]
+
+
+def fail(message: str, code: int = 2) -> None:
+    console.print(f"[bold red]error:[/] {message}")
+    raise typer.Exit(code)
+
+
+def _pipeline(spec: str) -> Pipeline:
+    try:
+        return load_pipeline(spec)
+    except SpecError as exc:
+        fail(str(exc))
+        raise  # unreachable; fail() exits
+
+
+# --- kafka -------------------------------------------------------------------------------
+
+
+@kafka_app.command("up")
+def kafka_up(timeout: Annotated[float, typer.Option(help="Seconds to wait until it answers.")] = 90) -> None:
+    """Start the broker (formatting its storage the first time) and wait until it answers."""
+    broker = EmbeddedBroker.default()
+    was_running = broker.pid() is not None
+    try:
+        with console.status(f"starting Kafka on {broker.bootstrap}"):
+            pid = broker.start(timeout)
+    except BrokerError as exc:
+        fail(str(exc))
+    verb = "already running" if was_running else "started"
+    console.print(f"Kafka {verb} on [bold]{broker.bootstrap}[/] (pid {pid}, data in {broker.data_dir})")
+
+
+@kafka_app.command("down")
+def kafka_down() -> None:
+    """Stop the broker gracefully."""
+    stopped = EmbeddedBroker.default().stop()
+    console.print("Kafka stopped" if stopped else "Kafka was not running")
+
+
+@kafka_app.command("status")
+def kafka_status() -> None:
+    """Show whether the broker runs, where, and how many topics it has. Exit 1 if down."""
+    st = EmbeddedBroker.default().status()
+    if not st.running:
+        console.print(f"Kafka is [red]not running[/] (data dir {st.data_dir})")
+        raise typer.Exit(1)
+    console.print(
+        f"Kafka is [green]running[/] on {st.bootstrap}, pid {st.pid}, {st.topics} topics, data in {st.data_dir}"
+    )
+
+
+# --- topics ------------------------------------------------------------------------------
+
+
+@topics_app.command("create")
+def topics_create(
+    names: Annotated[list[str] | None, typer.Argument(help="Topic names.")] = None,
+    partitions: Annotated[int, typer.Option("--partitions", "-p", min=1, help="Partitions per new topic.")] = 2,
+    spec: Annotated[str | None, typer.Option(help="Also create the topics this spec reads.")] = None,
+    bootstrap: Bootstrap = None,
+) -> None:
+    """Create topics (existing ones are left as they are)."""
+    wanted = list(names or [])
+    if spec:
+        wanted += _pipeline(spec).spec.source.topics or []
+    if not wanted:
+        fail("name at least one topic, or --spec")
+    table = Table("topic", "partitions", "")
+    for r in create_topics(bootstrap or config.bootstrap_servers(), wanted, partitions):
+        table.add_row(r.name, str(r.partitions), "created" if r.created else "existed")
+    console.print(table)
+
+
+@topics_app.command("offsets")
+def topics_offsets(topic: str, bootstrap: Bootstrap = None) -> None:
+    """Show a topic's end offset per partition."""
+    table = Table("partition", "end offset")
+    for part, off in sorted(end_offsets(bootstrap or config.bootstrap_servers(), topic).items()):
+        table.add_row(str(part), str(off))
+    console.print(table)
+
+
+# --- producing ---------------------------------------------------------------------------
+
+
+def _print_report(report: ProduceReport, extra: Counter[str] | None = None) -> None:
+    kinds = ", ".join(f"{k} {v}" for k, v in sorted(report.kinds.items()))
+    more = "".join(f", {k} {v}" for k, v in (extra or {}).items())
+    console.print(
+        f"sent [bold]{report.sent}[/] records to [bold]{report.topic}[/] in {report.seconds:.1f}s "
+        f"({report.rate:,.0f}/s): {kinds}{more}"
+    )
+
+
+@app.command()
+def produce(
+    spec: SpecArg,
+    count: Annotated[int, typer.Option("--count", "-n", min=1, help="How many records.")] = 1000,
+    rate: Annotated[float | None, typer.Option(help="Records per second [default: as fast as possible].")] = None,
+    bad_fraction: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="Fraction of bad records (each with a known reason).")
+    ] = 0.0,
+    topic: Annotated[str | None, typer.Option(help="Topic [default: the spec's first topic].")] = None,
+    seed: Annotated[int | None, typer.Option(help="Random seed, for repeatable data.")] = None,
+    days: Annotated[int, typer.Option(min=1, help="Spread event times over this many past days.")] = 3,
+    bootstrap: Bootstrap = None,
+) -> None:
+    """Produce synthetic events generated from the pipeline's schema."""
+    p = _pipeline(spec)
+    target = topic or next(iter(p.spec.source.topics or []), None)
+    if not target:
+        fail(f"{p.name} subscribes by pattern; give --topic")
+    gen = EventGenerator(p, seed=seed if seed is not None else time.time_ns() % 2**32, days=days)
+    try:
+        with console.status(f"producing {count} {p.name} events"):
+            report = send(
+                bootstrap or p.spec.source.bootstrap_servers,
+                str(target),
+                synthetic(gen, count, bad_fraction),
+                rate,
+            )
+    except (ProduceError, ValueError) as exc:
+        fail(str(exc))
+    _print_report(report)
+
+
+@app.command()
+def replay(
+    file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Newline-delimited JSON file.")],
+    topic: Annotated[str, typer.Option(help="Topic to write to.")],
+    rate: Annotated[float | None, typer.Option(help="Records per second [default: as fast as possible].")] = None,
+    bootstrap: Bootstrap = None,
+) -> None:
+    """Send each line of a newline-delimited JSON file, unchanged, as one record."""
+    stats: Counter[str] = Counter()
+    try:
+        report = send(bootstrap or config.bootstrap_servers(), topic, read_ndjson(file, stats), rate)
+    except ProduceError as exc:
+        fail(str(exc))
+    _print_report(report, stats)
+
+
+# --- running -----------------------------------------------------------------------------
+
+
+def submit_and_wait(
+    p: Pipeline, available_now: bool, master: str | None = None, conf: dict[str, str] | None = None
+) -> int:
+    sub = ingest_submission(p.spec_path, pipeline_name=p.name, available_now=available_now, master=master, conf=conf)
+    return subprocess.call(sub.command(), env=os.environ | submit_env(sub.master))
+
+
+@app.command()
+def run(
+    spec: SpecArg,
+    available_now: Annotated[
+        bool, typer.Option("--available-now", help="Process what is in Kafka now, then stop.")
+    ] = False,
+    master: Annotated[
+        str | None, typer.Option(help="Spark master [default: $SLUICE_SPARK_MASTER or local[2]].")
+    ] = None,
+    conf: Annotated[list[str] | None, typer.Option(help="Extra Spark setting KEY=VALUE (repeatable).")] = None,
+) -> None:
+    """Submit the ingest job for a spec with spark-submit (as Airflow does) and wait for it."""
+    p = _pipeline(spec)
+    extra = dict(c.split("=", 1) for c in conf or [])
+    code = submit_and_wait(p, available_now, master, extra)
+    if code:
+        fail(f"the {p.name} job exited with {code}", code)
+
+
+@app.command()
+def check(
+    specs: Annotated[list[str] | None, typer.Argument(help="Specs [default: all in pipelines/].")] = None,
+) -> None:
+    """Validate specs and show the columns each one writes."""
+    try:
+        pipelines = [load_pipeline(s) for s in specs] if specs else all_pipelines()
+    except SpecError as exc:
+        fail(str(exc))
+    for p in pipelines:
+        table = Table("column", "from", "type", title=f"{p.name}  ({p.spec.sink.format} -> {p.sink_path})")
+        for c in p.plan.columns:
+            table.add_row(c.name, c.source, c.type.sql())
+        console.print(table)
+    console.print(f"[green]{len(pipelines)} spec(s) valid[/]")
+
+
+@app.command()
+def audit(spec: SpecArg, last: Annotated[int, typer.Option(help="How many batches.")] = 20) -> None:
+    """Per-batch counts: records in = records out + records quarantined."""
+    p = _pipeline(spec)
+    folder = Path(p.audit_path)
+    files = sorted(folder.glob("*.json"))[-last:] if folder.is_dir() else []
+    if not files:
+        fail(f"no batches recorded yet in {folder}", 1)
+    table = Table("batch", "in", "out", "rows out", "quarantined", "seconds", "written at")
+    for f in files:
+        a: dict[str, Any] = json.loads(f.read_text())
+        table.add_row(
+            *(
+                str(a[k])
+                for k in (
+                    "batch_id",
+                    "records_in",
+                    "records_out",
+                    "rows_out",
+                    "records_quarantined",
+                    "seconds",
+                    "written_at",
+                )
+            )
+        )
+    console.print(table)
+
+
+@app.command()
+def sql(
+    query: Annotated[str, typer.Argument(help="A Spark SQL query over the pipeline tables.")],
+    limit: Annotated[int, typer.Option(help="Rows to show at most.")] = 20,
+) -> None:
+    """Run SQL over the output tables; each pipeline NAME has views NAME and NAME_quarantine."""
+    from jobs.session import local_session
+    from jobs.sql import register_tables
+
+    try:
+        pipelines = all_pipelines()
+    except SpecError as exc:
+        fail(str(exc))
+    with console.status("starting Spark"):
+        spark = local_session("sluice-sql")
+        views = register_tables(spark, pipelines)
+    try:
+        _show(spark.sql(query), limit)
+    except Exception as exc:  # AnalysisException, ParseException: show Spark's message
+        fail(f"{str(exc).splitlines()[0]}\nviews: {', '.join(sorted(views)) or 'none yet'}")
+    finally:
+        spark.stop()
+
+
+def _show(df: Any, limit: int, title: str | None = None) -> None:
+    rows = df.limit(limit + 1).collect()
+    table = Table(*df.columns, title=title)
+    for r in rows[:limit]:
+        table.add_row(*("" if v is None else str(v) for v in r))
+    console.print(table)
+    if len(rows) > limit:
+        console.print(f"(first {limit} rows shown)")
+
+
+# --- demo --------------------------------------------------------------------------------
+
+DEMO = (("device_signals", 2000), ("payments", 1000))
+
+
+@app.command()
+def demo(
+    bad_fraction: Annotated[float, typer.Option(min=0.0, max=1.0, help="Fraction of bad records.")] = 0.02,
+    keep_broker: Annotated[bool, typer.Option(help="Leave the broker running afterwards.")] = False,
+) -> None:
+    """End to end on the embedded broker: produce, ingest, report, stop.
+
+    Starts Kafka, creates the topics, produces device signals and payments (with a few bad
+    records), runs both ingest pipelines with spark-submit until they have caught up,
+    then prints rows per date partition, quarantined records by reason and a query.
+    """
+    broker = EmbeddedBroker.default()
+    try:
+        with console.status(f"starting Kafka on {broker.bootstrap}"):
+            broker.start()
+        console.print(f"[bold]1.[/] Kafka up on {broker.bootstrap}")
+        pipelines = [_pipeline(name) for name, _ in DEMO]
+        for p, (_, count) in zip(pipelines, DEMO, strict=True):
+            topics = p.spec.source.topics or []
+            create_topics(p.spec.source.bootstrap_servers, topics, partitions=2)
+            gen = EventGenerator(p, seed=time.time_ns() % 2**32)
+            report = send(p.spec.source.bootstrap_servers, topics[0], synthetic(gen, count, bad_fraction))
+            console.print(f"[bold]2.[/] {p.name}: ", end="")
+            _print_report(report)
+        for p in pipelines:
+            console.print(f"[bold]3.[/] running {p.name} ({p.spec.sink.format}) with spark-submit, available-now")
+            code = submit_and_wait(p, available_now=True)
+            if code:
+                fail(f"the {p.name} job exited with {code}", code)
+        _demo_report(pipelines)
+    except (BrokerError, ProduceError) as exc:
+        fail(str(exc))
+    finally:
+        if not keep_broker:
+            broker.stop()
+            console.print("Kafka stopped")
+
+
+def _demo_report(pipelines: list[Pipeline]) -> None:
+    from jobs.session import local_session
+    from jobs.sql import register_tables
+
+    with console.status("starting Spark for the report"):
+        spark = local_session("sluice-demo-report")
+        register_tables(spark, pipelines)
+    try:
+        for p in pipelines:
+            col = p.spec.date_partition.column
+            per_day = spark.table(p.name).groupBy(col).count().withColumnRenamed("count", "rows").orderBy(col)
+            _show(per_day, 50, f"{p.name}: rows per {col} partition")
+            if spark.catalog.tableExists(p.quarantine_table):
+                by_reason = spark.table(p.quarantine_table).groupBy("reason").count().orderBy("count", ascending=False)
+                _show(by_reason, 20, f"{p.quarantine_table}: records by reason")
+            else:
+                console.print(f"{p.quarantine_table}: nothing quarantined")
+        query = (
+            "SELECT device_type, count(*) AS readings, round(avg(signal), 1) AS avg_signal_dbm, "
+            "min(date) AS first_day, max(date) AS last_day FROM device_signals GROUP BY device_type "
+            "ORDER BY readings DESC"
+        )
+        console.print(f'[bold]4.[/] sluice sql "{query}"')
+        _show(spark.sql(query), 10)
+    finally:
+        spark.stop()
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(app())

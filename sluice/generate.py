@@ -1,0 +1,220 @@
+"""Synthetic events for any pipeline, generated from its schema.
+
+Values follow the field types, shaped by optional hints in the schema's field metadata
+under ``sluice.gen`` (``choices``, ``range``, ``template`` with ``range``, ``format:
+uuid``). Event times are spread over the last ``days`` days so that several date
+partitions fill up.
+
+Bad records are mutations of good ones, one kind at a time, and each carries the exact
+quarantine reason the pipeline must give it (worded by :mod:`sluice.quarantine`), so a
+test can check the quarantine table reason for reason.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sluice import quarantine as q
+from sluice.schema import Array, Atomic, DataType, Map, Struct
+from sluice.spec import Pipeline
+
+BAD_KINDS = ("malformed", "not_object", "missing_required", "type_mismatch", "bad_event_time", "tombstone")
+
+
+@dataclass(frozen=True)
+class Record:
+    """One Kafka value to send, with what the pipeline should make of it."""
+
+    value: bytes | None
+    kind: str  # "good" or one of BAD_KINDS
+    reason: str | None  # the expected quarantine reason; None for a good record
+    event: dict[str, Any] | None = None  # the event as sent, for a good record
+
+
+_JAVA_TO_STRFTIME = [("yyyy", "%Y"), ("MM", "%m"), ("dd", "%d"), ("HH", "%H"), ("mm", "%M"), ("ss", "%S")]
+
+
+class EventGenerator:
+    def __init__(self, pipeline: Pipeline, seed: int = 7, days: int = 3, now: datetime | None = None) -> None:
+        self.pipeline = pipeline
+        self.rng = random.Random(seed)
+        self.days = days
+        self.now = now or datetime.now(UTC)
+        et = pipeline.spec.event_time
+        self.event_field, self.event_format = et.field, et.format
+        self.kinds = [k for k in BAD_KINDS if self._applies(k)]
+
+    # --- good events -----------------------------------------------------------------
+
+    def good(self) -> dict[str, Any]:
+        event = self._struct(self.pipeline.schema, top=True)
+        _set(event, self.event_field, self._event_time())
+        return event
+
+    def _event_time(self) -> Any:
+        ts = self.now - timedelta(seconds=self.rng.uniform(0, self.days * 86400))
+        fmt = self.event_format
+        if fmt == "epoch_seconds":
+            return int(ts.timestamp())
+        if fmt == "epoch_millis":
+            return int(ts.timestamp() * 1000)
+        if fmt == "epoch_micros":
+            return int(ts.timestamp() * 1_000_000)
+        if fmt == "iso8601":
+            return ts.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ts.microsecond // 1000:03d}Z"
+        pattern = fmt
+        for java, py in _JAVA_TO_STRFTIME:
+            pattern = pattern.replace(java, py)
+        if re.search(r"[A-Za-z]", re.sub(r"%[YmdHMS]|T", "", pattern)):
+            raise ValueError(f"the generator cannot write event times in the pattern {fmt!r}")
+        return ts.strftime(pattern)
+
+    def _struct(self, struct: Struct, top: bool = False) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in struct.fields:
+            if f.nullable and not top and self.rng.random() < 0.05:
+                continue  # optional fields are sometimes absent
+            out[f.name] = self._value(f.type, f.metadata.get("sluice.gen") or {}, f.name)
+        return out
+
+    def _value(self, dtype: DataType, hint: dict[str, Any], name: str) -> Any:
+        rng = self.rng
+        if isinstance(dtype, Struct):
+            return self._struct(dtype)
+        if isinstance(dtype, Array):
+            return [self._value(dtype.element, hint, name) for _ in range(rng.randint(0, 3))]
+        if isinstance(dtype, Map):
+            return {f"k{i}": self._value(dtype.value, {}, name) for i in range(rng.randint(0, 2))}
+        assert isinstance(dtype, Atomic)
+        if "choices" in hint:
+            return rng.choice(hint["choices"])
+        if hint.get("format") == "uuid":
+            return str(uuid.UUID(int=rng.getrandbits(128), version=4))
+        lo, hi = hint.get("range", (0, 1000))
+        if "template" in hint:
+            return hint["template"].format(rng.randint(int(lo), int(hi)))
+        t = dtype.name
+        if t in ("long", "integer", "short", "byte"):
+            return rng.randint(int(lo), int(hi))
+        if t in ("double", "float"):
+            return round(rng.uniform(lo, hi), 3)
+        if t.startswith("decimal"):
+            scale = int(t.rstrip(")").split(",")[1])
+            return round(rng.uniform(lo, hi), scale)
+        if t == "boolean":
+            return rng.random() < 0.5
+        if t in ("timestamp", "timestamp_ntz"):
+            return self.now.strftime("%Y-%m-%dT%H:%M:%SZ")
+        if t == "date":
+            return self.now.strftime("%Y-%m-%d")
+        return f"{name}-{rng.randint(0, 9999)}"
+
+    # --- records -----------------------------------------------------------------------
+
+    def record(self, bad_fraction: float = 0.0) -> Record:
+        if self.kinds and self.rng.random() < bad_fraction:
+            return self.bad(self.rng.choice(self.kinds))
+        event = self.good()
+        return Record(json.dumps(event).encode(), "good", None, event)
+
+    def bad(self, kind: str) -> Record:
+        event = self.good()
+        if kind == "tombstone":
+            return Record(None, kind, q.EMPTY_VALUE)
+        if kind == "malformed":
+            text = json.dumps(event)
+            return Record(text[: max(1, len(text) // 2)].encode(), kind, q.MALFORMED)
+        if kind == "not_object":
+            found, value = self.rng.choice(
+                [("array", [event]), ("number", 42), ("string", "hello"), ("boolean", True), ("null", None)]
+            )
+            return Record(json.dumps(value).encode(), kind, q.not_object(found))
+        if kind == "missing_required":
+            path = self.rng.choice(self._required_paths())
+            _delete(event, path)
+            return Record(json.dumps(event).encode(), kind, q.missing_required([path]))
+        if kind == "type_mismatch":
+            path, dtype = self.rng.choice(self._present_leaves(event))
+            _set(event, path, "not-a-" + dtype.name)
+            return Record(json.dumps(event).encode(), kind, q.type_mismatch([q.mismatch_item(path, dtype.sql())]))
+        if kind == "bad_event_time":
+            raw: Any = 10**18 if self.event_format.startswith("epoch") else "not-a-time"
+            _set(event, self.event_field, raw)
+            return Record(
+                json.dumps(event).encode(),
+                kind,
+                q.bad_event_time(self.event_field, str(raw), self.event_format),
+            )
+        raise ValueError(f"unknown bad record kind {kind!r}; known: {', '.join(BAD_KINDS)}")
+
+    def _applies(self, kind: str) -> bool:
+        if kind == "missing_required":
+            return bool(self._required_paths())
+        if kind == "type_mismatch":
+            return bool(_typed_leaves(self.pipeline.schema))
+        if kind == "bad_event_time":
+            f = self.pipeline.schema.find(self.event_field)
+            # An epoch in an int field cannot be out of range without also not fitting the type.
+            return f is not None and not (isinstance(f.type, Atomic) and f.type.name in ("integer", "short", "byte"))
+        return True
+
+    def _required_paths(self) -> list[str]:
+        out = []
+
+        def walk(struct: Struct, prefix: str) -> None:
+            for f in struct.fields:
+                if f.required:
+                    path = f"{prefix}{f.name}"
+                    out.append(path)
+                    if isinstance(f.type, Struct):
+                        walk(f.type, path + ".")
+
+        walk(self.pipeline.schema, "")
+        return out
+
+    def _present_leaves(self, event: dict[str, Any]) -> list[tuple[str, Atomic]]:
+        present = [(p, t) for p, t in _typed_leaves(self.pipeline.schema) if _has(event, p)]
+        return present or _typed_leaves(self.pipeline.schema)
+
+
+def _typed_leaves(struct: Struct, prefix: str = "") -> list[tuple[str, Atomic]]:
+    """Numeric and boolean leaves outside arrays: a string there cannot fit them."""
+    out = []
+    for f in struct.fields:
+        path = f"{prefix}{f.name}"
+        if isinstance(f.type, Struct):
+            out.extend(_typed_leaves(f.type, path + "."))
+        elif isinstance(f.type, Atomic) and f.type.name in ("long", "integer", "double", "boolean"):
+            out.append((path, f.type))
+    return out
+
+
+def _set(event: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, last = dotted.split(".")
+    node = event
+    for p in parents:
+        node = node.setdefault(p, {})
+    node[last] = value
+
+
+def _has(event: dict[str, Any], dotted: str) -> bool:
+    node: Any = event
+    for p in dotted.split("."):
+        if not isinstance(node, dict) or node.get(p) is None:
+            return False
+        node = node[p]
+    return True
+
+
+def _delete(event: dict[str, Any], dotted: str) -> None:
+    *parents, last = dotted.split(".")
+    node = event
+    for p in parents:
+        node = node[p]
+    node.pop(last, None)

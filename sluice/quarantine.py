@@ -1,0 +1,151 @@
+"""Why a record is quarantined: the reasons, worded once, and the SQL that finds them.
+
+Every Kafka record either lands in the output table or in the quarantine table with one
+of these reasons (first match wins):
+
+==========================  ==========================================================
+reason starts with          when
+==========================  ==========================================================
+``empty record``            the Kafka message has no value (a tombstone)
+``not JSON``                the value is blank
+``malformed JSON``          the value does not parse as JSON
+``not a JSON object``       it parses, but to an array, string, number, boolean or null
+``type mismatch``           a field's value does not fit the schema's type (the fields
+                            are named with the type they should have)
+``missing required field``  a non-nullable field of the schema is absent or null
+``missing event time``      the event-time field is absent or null
+``bad event time``          the event-time field does not parse in the declared format
+==========================  ==========================================================
+
+The texts come from the functions below, which the synthetic generator also uses to
+predict the reason of each bad record it makes, so tests compare reason for reason.
+"""
+
+from __future__ import annotations
+
+import re
+
+from sluice.flatten import PARSED, quote
+from sluice.schema import DataType, Struct
+
+#: Columns of the parsing stage in the Spark job.
+VALUE = "__value"
+JSON = "__json"
+CORRUPT = "__corrupt"
+EVENT_TS = "__event_ts"
+
+EMPTY_VALUE = "empty record: the Kafka message has no value"
+BLANK = "not JSON: the value is blank"
+MALFORMED = "malformed JSON"
+UNFIT = "type mismatch: a value does not fit the schema"
+
+
+def not_object(kind: str) -> str:
+    return f"not a JSON object: found {kind}"
+
+
+def mismatch_item(path: str, sql_type: str) -> str:
+    return f"{path} (expected {sql_type})"
+
+
+def type_mismatch(items: list[str]) -> str:
+    return "type mismatch: " + ", ".join(items)
+
+
+def missing_required(paths: list[str]) -> str:
+    return "missing required field: " + ", ".join(paths)
+
+
+def missing_event_time(field: str) -> str:
+    return f"missing event time: {field}"
+
+
+def bad_event_time(field: str, raw: str, fmt: str) -> str:
+    return f"bad event time: {field}={raw} is not {fmt}"
+
+
+# --- SQL -------------------------------------------------------------------------------
+
+
+def lit(text: str) -> str:
+    """A Spark SQL string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+_SIMPLE = re.compile(r"^[A-Za-z0-9_]+$")
+
+
+def json_path(dotted: str) -> str | None:
+    """The ``get_json_object`` path of a dotted field path (None if it cannot be written)."""
+    parts = []
+    for part in dotted.split("."):
+        if _SIMPLE.match(part):
+            parts.append(f".{part}")
+        elif "'" not in part and "]" not in part:
+            parts.append(f"['{part}']")
+        else:
+            return None
+    return "$" + "".join(parts)
+
+
+def _nodes(struct: Struct, path: str = "", expr: str = PARSED) -> list[tuple[str, str, DataType, bool, str]]:
+    """(dotted path, expr, type, required, parent expr) for every field outside arrays."""
+    out = []
+    for f in struct.fields:
+        dotted = f"{path}.{f.name}" if path else f.name
+        child = f"{expr}.{quote(f.name)}"
+        out.append((dotted, child, f.type, f.required, expr))
+        if isinstance(f.type, Struct):
+            out.extend(_nodes(f.type, dotted, child))
+    return out
+
+
+def reason_sql(schema: Struct, event_field: str, event_format: str) -> str:
+    """A Spark SQL expression that is NULL for a good record and the reason otherwise.
+
+    It reads the columns ``__value`` (Kafka value), ``__json`` (value as string),
+    ``__data`` (``from_json`` with a ``__corrupt`` column) and ``__event_ts``.
+    """
+    variant = f"try_parse_json({JSON})"
+    kind = f"schema_of_variant({variant})"
+    found = (
+        f"CASE WHEN {kind} LIKE 'ARRAY%' THEN 'array' WHEN {kind} = 'STRING' THEN 'string' "
+        f"WHEN {kind} = 'VOID' THEN 'null' WHEN {kind} = 'BOOLEAN' THEN 'boolean' ELSE 'number' END"
+    )
+    nodes = _nodes(schema)
+
+    mismatches = []
+    for dotted, expr, dtype, _req, _parent in nodes:
+        jp = json_path(dotted)
+        if jp is None:
+            continue
+        item = lit(mismatch_item(dotted, "struct" if isinstance(dtype, Struct) else dtype.sql()))
+        mismatches.append(
+            f"CASE WHEN {expr} IS NULL AND get_json_object({JSON}, {lit(jp)}) IS NOT NULL THEN {item} END"
+        )
+    mismatch_list = f"concat_ws(', ', {', '.join(mismatches)})" if mismatches else "''"
+
+    missing = []
+    for dotted, expr, _dtype, required, parent in nodes:
+        if required:
+            guard = "" if parent == PARSED else f" AND {parent} IS NOT NULL"
+            missing.append(f"CASE WHEN {expr} IS NULL{guard} THEN {lit(dotted)} END")
+    missing_list = f"concat_ws(', ', {', '.join(missing)})" if missing else "''"
+
+    event_expr = f"{PARSED}." + ".".join(quote(p) for p in event_field.split("."))
+    event_jp = json_path(event_field) or "$"
+    raw_event = f"coalesce(get_json_object({JSON}, {lit(event_jp)}), '?')"
+    prefix_bad, suffix_bad = bad_event_time(event_field, "\x00", event_format).split("\x00")
+
+    return f"""CASE
+  WHEN {VALUE} IS NULL THEN {lit(EMPTY_VALUE)}
+  WHEN {PARSED} IS NULL THEN {lit(BLANK)}
+  WHEN {PARSED}.{CORRUPT} IS NOT NULL THEN CASE
+    WHEN {variant} IS NULL THEN {lit(MALFORMED)}
+    WHEN {kind} NOT LIKE 'OBJECT%' THEN concat({lit(not_object(""))}, {found})
+    WHEN {mismatch_list} != '' THEN concat({lit(type_mismatch([]))}, {mismatch_list})
+    ELSE {lit(UNFIT)} END
+  WHEN {missing_list} != '' THEN concat({lit(missing_required([]))}, {missing_list})
+  WHEN {EVENT_TS} IS NULL AND {event_expr} IS NULL THEN {lit(missing_event_time(event_field))}
+  WHEN {EVENT_TS} IS NULL THEN concat({lit(prefix_bad)}, {raw_event}, {lit(suffix_bad)})
+END"""

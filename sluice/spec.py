@@ -1,0 +1,384 @@
+"""The pipeline spec: one YAML file per pipeline, validated before anything starts.
+
+This is the contract between the Airflow side (``dags/``) and the Spark side (``jobs/``):
+both call :func:`load_pipeline`. It is pure Python (pydantic, no pyspark), so a bad spec
+fails in milliseconds with the file, the field and what was expected.
+
+Example::
+
+    pipeline = load_pipeline("pipelines/device_signals.yaml")
+    pipeline.spec.sink.format          # 'delta'
+    pipeline.plan.names                # ['timestamp', 'device_id', ...]
+
+String values may use ``${NAME}`` or ``${NAME:-default}``; besides the environment,
+``SLUICE_HOME`` and ``SLUICE_KAFKA_BOOTSTRAP`` are always defined. Relative sink and
+checkpoint paths are taken under ``SLUICE_HOME``; a relative schema path is taken from
+the spec's folder first, then from ``schemas/``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from sluice import config, eventtime
+from sluice.flatten import METADATA_COLUMNS, FlattenError, FlattenPlan, plan_flatten
+from sluice.schema import Array, SchemaError, Struct, load_schema
+
+
+class SpecError(ValueError):
+    """A spec that cannot run: which file, which field, and what was expected."""
+
+    def __init__(self, file: str | Path, field: str, message: str) -> None:
+        self.file, self.field, self.message = str(file), field, message
+        super().__init__(f"{file}: {field}: {message}" if field else f"{file}: {message}")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# Options the typed fields already cover: they must not be set twice.
+_TYPED_SOURCE_OPTIONS = {
+    "kafka.bootstrap.servers": "source.bootstrap_servers",
+    "subscribe": "source.topics",
+    "subscribePattern": "source.topic_pattern",
+    "assign": "source.topics",
+    "startingOffsets": "source.starting_offsets",
+    "maxOffsetsPerTrigger": "source.max_offsets_per_trigger",
+    "failOnDataLoss": "source.fail_on_data_loss",
+}
+# Spark Kafka source options that may be passed through besides the kafka.* ones.
+_PASSTHROUGH_SOURCE_OPTIONS = {
+    "minOffsetsPerTrigger",
+    "maxTriggerDelay",
+    "minPartitions",
+    "groupIdPrefix",
+    "includeHeaders",
+    "kafkaConsumer.pollTimeoutMs",
+    "fetchOffset.numRetries",
+    "fetchOffset.retryIntervalMs",
+    "startingTimestamp",
+    "startingOffsetsByTimestamp",
+    "startingOffsetsByTimestampStrategy",
+    "endingOffsets",
+    "endingTimestamp",
+}
+
+
+class Source(_Model):
+    """Where events come from: Kafka topics (a list or a pattern) and consumer options."""
+
+    bootstrap_servers: str = Field(default_factory=config.bootstrap_servers, min_length=1)
+    topics: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]+$")]] | None = None
+    topic_pattern: str | None = None
+    starting_offsets: Literal["earliest", "latest"] | dict[str, dict[str, int]] = "earliest"
+    max_offsets_per_trigger: PositiveInt | None = None
+    fail_on_data_loss: bool = True
+    #: Passed through to Spark's Kafka source: ``kafka.*`` client settings (security,
+    #: SASL, SSL...) and the source options Sluice does not type itself.
+    options: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_subscription(self) -> Source:
+        if bool(self.topics) == bool(self.topic_pattern):
+            raise ValueError("give exactly one of 'topics' (a list) or 'topic_pattern' (a regex)")
+        if self.topic_pattern:
+            try:
+                re.compile(self.topic_pattern)
+            except re.error as exc:
+                raise ValueError(f"topic_pattern is not a valid regex: {exc}") from exc
+        for key in self.options:
+            if key in _TYPED_SOURCE_OPTIONS:
+                raise ValueError(f"options.{key} is set by {_TYPED_SOURCE_OPTIONS[key]}; set it there")
+            if not key.startswith("kafka.") and key not in _PASSTHROUGH_SOURCE_OPTIONS:
+                raise ValueError(
+                    f"options.{key} is not a Kafka client setting (kafka.*) nor a Spark Kafka "
+                    f"source option Sluice passes through ({', '.join(sorted(_PASSTHROUGH_SOURCE_OPTIONS))})"
+                )
+        return self
+
+    def spark_options(self) -> dict[str, str]:
+        """The options of ``spark.readStream.format("kafka")``."""
+        import json
+
+        opts = {"kafka.bootstrap.servers": self.bootstrap_servers}
+        if self.topics:
+            opts["subscribe"] = ",".join(self.topics)
+        else:
+            opts["subscribePattern"] = str(self.topic_pattern)
+        so = self.starting_offsets
+        opts["startingOffsets"] = so if isinstance(so, str) else json.dumps(so)
+        if self.max_offsets_per_trigger:
+            opts["maxOffsetsPerTrigger"] = str(self.max_offsets_per_trigger)
+        opts["failOnDataLoss"] = str(self.fail_on_data_loss).lower()
+        return opts | dict(self.options)
+
+
+class EventTime(_Model):
+    """The field that carries the event's time, and how to read it."""
+
+    field: str = Field(min_length=1)
+    format: str = "iso8601"
+
+    @field_validator("format")
+    @classmethod
+    def _format(cls, v: str) -> str:
+        eventtime.check_format(v)
+        return v
+
+
+class DatePartition(_Model):
+    column: str = Field(default="date", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    timezone: str = "UTC"
+
+    @field_validator("timezone")
+    @classmethod
+    def _tz(cls, v: str) -> str:
+        eventtime.check_timezone(v)
+        return v
+
+
+class Flatten(_Model):
+    """Flattening rules; see :mod:`sluice.flatten` for the naming rule."""
+
+    separator: str = Field(default="_", pattern=r"^[A-Za-z0-9_]{1,3}$")
+    rename: dict[str, str] = Field(default_factory=dict)
+    explode: list[str] = Field(default_factory=list)
+    keep: list[str] = Field(default_factory=list)
+
+
+class Sink(_Model):
+    """The output table. Delta (default) or Parquet, partitioned by the date column."""
+
+    format: Literal["delta", "parquet"] = "delta"
+    path: str = Field(min_length=1)
+    #: Where rejected records go, in the same format. Defaults to ``<path>_quarantine``.
+    quarantine_path: str | None = None
+
+
+class Trigger(_Model):
+    """When micro-batches run: every ``processing_time``, or once over what is there."""
+
+    processing_time: str | None = None
+    available_now: bool = False
+
+    @field_validator("processing_time")
+    @classmethod
+    def _interval(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(
+            r"\d+(\.\d+)?\s*(milliseconds?|ms|seconds?|s|minutes?|min|hours?|h)", v.strip()
+        ):
+            raise ValueError(f"{v!r} is not an interval such as '10 seconds', '500 milliseconds' or '1 minute'")
+        return v
+
+    @model_validator(mode="after")
+    def _one(self) -> Trigger:
+        if self.available_now and self.processing_time:
+            raise ValueError("give either processing_time or available_now: true, not both")
+        return self
+
+    def spark_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of ``DataStreamWriter.trigger``."""
+        if self.available_now:
+            return {"availableNow": True}
+        return {"processingTime": self.processing_time or "10 seconds"}
+
+
+class PipelineSpec(_Model):
+    """One pipeline: Kafka topics in, one date-partitioned table (and its quarantine) out."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,62}$")
+    description: str = ""
+    owner: str = "data-engineering"
+    tags: list[str] = Field(default_factory=list)
+    source: Source
+    schema_path: str = Field(alias="schema", min_length=1)
+    event_time: EventTime
+    date_partition: DatePartition = DatePartition()
+    flatten: Flatten = Flatten()
+    sink: Sink
+    checkpoint: str = Field(min_length=1)
+    trigger: Trigger = Trigger()
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """A validated spec with its schema read and its flattening planned."""
+
+    spec: PipelineSpec
+    spec_path: Path
+    schema_file: Path
+    schema: Struct
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @cached_property
+    def plan(self) -> FlattenPlan:
+        f = self.spec.flatten
+        return plan_flatten(
+            self.schema,
+            separator=f.separator,
+            rename=f.rename,
+            explode=f.explode,
+            keep=f.keep,
+            reserved=(*METADATA_COLUMNS, self.spec.date_partition.column),
+        )
+
+    @property
+    def sink_path(self) -> str:
+        return _under_home(self.spec.sink.path)
+
+    @property
+    def quarantine_path(self) -> str:
+        return _under_home(self.spec.sink.quarantine_path or self.spec.sink.path.rstrip("/") + "_quarantine")
+
+    @property
+    def checkpoint_path(self) -> str:
+        return _under_home(self.spec.checkpoint)
+
+    @property
+    def audit_path(self) -> str:
+        """Per-batch counts (records in, rows out, rows quarantined) as JSON files."""
+        return self.checkpoint_path.rstrip("/") + "/sluice_audit"
+
+    @property
+    def quarantine_table(self) -> str:
+        return f"{self.name}_quarantine"
+
+
+def _under_home(path: str) -> str:
+    if "://" in path or path.startswith("/"):
+        return path
+    return str(config.sluice_home() / path)
+
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def _interpolate(node: Any, file: Path, where: str = "") -> Any:
+    if isinstance(node, dict):
+        return {k: _interpolate(v, file, f"{where}.{k}" if where else str(k)) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_interpolate(v, file, f"{where}[{i}]") for i, v in enumerate(node)]
+    if not isinstance(node, str):
+        return node
+    env = config.interpolation_env() | dict(os.environ)
+
+    def sub(m: re.Match[str]) -> str:
+        name, default = m.group(1), m.group(2)
+        if name in env:
+            return env[name]
+        if default is not None:
+            return default
+        raise SpecError(file, where, f"${{{name}}} is not set (set it, or write ${{{name}:-default}})")
+
+    return _VAR.sub(sub, node)
+
+
+def find_spec(name_or_path: str | Path) -> Path:
+    """A spec by path, or by pipeline name in the pipelines folder."""
+    p = Path(name_or_path)
+    if p.is_file():
+        return p.resolve()
+    candidate = config.pipelines_dir() / f"{name_or_path}.yaml"
+    if candidate.is_file():
+        return candidate.resolve()
+    known = sorted(s.stem for s in config.pipelines_dir().glob("*.yaml"))
+    raise SpecError(p, "", f"no such spec file, nor a pipeline of that name (known: {', '.join(known) or 'none'})")
+
+
+def _schema_file(spec_path: Path, schema: str) -> Path:
+    p = Path(schema)
+    if p.is_absolute():
+        return p
+    for base in (spec_path.parent, config.schemas_dir(), config.schemas_dir().parent):
+        if (base / p).is_file():
+            return (base / p).resolve()
+    return (spec_path.parent / p).resolve()
+
+
+def _field_path(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out.replace("schema_path", "schema")
+
+
+def parse_pipeline(data: Any, spec_path: Path) -> Pipeline:
+    """Validate an already-read spec mapping (from YAML, or a DAG run's parameters)."""
+    if not isinstance(data, dict):
+        raise SpecError(spec_path, "", "a spec is a YAML mapping (name:, source:, schema:, ...)")
+    data = _interpolate(data, spec_path)
+    try:
+        spec = PipelineSpec.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = _field_path(err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] != "missing" and "input" in err and not isinstance(err["input"], dict):
+            msg += f" (got {err['input']!r})"
+        more = f" [+{len(exc.errors()) - 1} more]" if len(exc.errors()) > 1 else ""
+        raise SpecError(spec_path, field, msg + more) from None
+
+    schema_file = _schema_file(spec_path, spec.schema_path)
+    try:
+        schema = load_schema(schema_file)
+    except SchemaError as exc:
+        raise SpecError(spec_path, "schema", str(exc)) from None
+    pipeline = Pipeline(spec, spec_path, schema_file, schema)
+    _check_event_time(pipeline)
+    try:
+        _ = pipeline.plan
+    except FlattenError as exc:
+        raise SpecError(spec_path, exc.field, str(exc)) from None
+    return pipeline
+
+
+def _check_event_time(p: Pipeline) -> None:
+    et = p.spec.event_time
+    target = p.schema.find(et.field)
+    if target is None:
+        raise SpecError(
+            p.spec_path, "event_time.field", f"no field {et.field!r} in {p.schema_file.name} (outside arrays)"
+        )
+    if isinstance(target.type, (Struct, Array)):
+        raise SpecError(p.spec_path, "event_time.field", f"{et.field!r} is a {target.type.sql()}, not a time value")
+    try:
+        eventtime.check_type(et.format, target.type)
+    except ValueError as exc:
+        raise SpecError(p.spec_path, "event_time.format", str(exc)) from None
+
+
+def load_pipeline(name_or_path: str | Path) -> Pipeline:
+    """Read, interpolate and validate a spec file; raise :class:`SpecError` if it cannot run."""
+    path = find_spec(name_or_path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark else ""
+        raise SpecError(path, where, f"not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    return parse_pipeline(data, path)
+
+
+def all_pipelines() -> list[Pipeline]:
+    """Every spec in the pipelines folder, validated."""
+    return [load_pipeline(p) for p in sorted(config.pipelines_dir().glob("*.yaml"))]

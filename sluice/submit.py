@@ -1,0 +1,133 @@
+"""How a pipeline is handed to Spark: one spark-submit description for every caller.
+
+``sluice run`` executes it; the Airflow side passes the same fields to the Spark
+provider's ``SparkSubmitOperator``. Neither builds its own command line.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sluice import config
+
+JOBS_DIR = config.PROJECT_ROOT / "jobs"
+
+#: Spark settings every Sluice job runs with.
+BASE_CONF = {
+    # Delta Lake as the default table format, on the built-in catalog.
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    # Event dates are computed in each spec's timezone from UTC timestamps.
+    "spark.sql.session.timeZone": "UTC",
+    # Streaming batches are small; the default of 200 shuffle partitions only adds tasks.
+    "spark.sql.shuffle.partitions": "4",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.driver.memory": "1g",
+}
+
+
+def spark_jars() -> list[str]:
+    """The connector jars `make setup` resolved: Kafka source/sink and Delta."""
+    jars = sorted(str(p) for p in config.jars_dir("spark").glob("*.jar"))
+    if not jars:
+        raise FileNotFoundError(f"no jars in {config.jars_dir('spark')}: run `make setup`")
+    return jars
+
+
+def spark_conf(extra: dict[str, str] | None = None) -> dict[str, str]:
+    log4j = JOBS_DIR / "log4j2.properties"
+    python = os.environ.get("SLUICE_SPARK_PYTHON") or sys.executable
+    return (
+        BASE_CONF
+        | {
+            "spark.pyspark.python": python,
+            "spark.pyspark.driver.python": python,
+            "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j}",
+        }
+        | (extra or {})
+    )
+
+
+def spark_home() -> str:
+    """The Spark installation spark-submit runs from: the pyspark wheel of this environment,
+    unless ``SPARK_HOME`` names another (a cluster's, or the Spark runtime seen from Airflow)."""
+    if os.environ.get("SPARK_HOME"):
+        return os.environ["SPARK_HOME"]
+    found = importlib.util.find_spec("pyspark")
+    if found is None or found.origin is None:
+        raise FileNotFoundError("pyspark is not installed here: set SPARK_HOME or run `make setup`")
+    return str(Path(found.origin).parent)
+
+
+def submit_env(master: str | None = None) -> dict[str, str]:
+    """Environment for spark-submit, so it works without an activated virtualenv."""
+    python = os.environ.get("SLUICE_SPARK_PYTHON") or sys.executable
+    env = {"SPARK_HOME": spark_home(), "PYSPARK_PYTHON": python, "SLUICE_HOME": str(config.sluice_home())}
+    if (master or default_master()).startswith("local"):
+        env.setdefault("SPARK_LOCAL_IP", os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"))
+    return env
+
+
+def default_master() -> str:
+    return os.environ.get("SLUICE_SPARK_MASTER", "local[2]")
+
+
+def spark_submit_binary() -> str:
+    """spark-submit of the Spark runtime environment (the pyspark wheel ships it)."""
+    explicit = os.environ.get("SLUICE_SPARK_SUBMIT")
+    if explicit:
+        return explicit
+    beside = Path(sys.executable).parent / "spark-submit"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("spark-submit")
+    if not found:
+        raise FileNotFoundError("spark-submit not found: run `make setup` or set SLUICE_SPARK_SUBMIT")
+    return found
+
+
+@dataclass(frozen=True)
+class Submission:
+    """What spark-submit needs; field names follow SparkSubmitOperator's arguments."""
+
+    application: str
+    application_args: list[str]
+    name: str
+    conf: dict[str, str] = field(default_factory=dict)
+    jars: list[str] = field(default_factory=list)
+    master: str = "local[2]"
+
+    def command(self, binary: str | None = None) -> list[str]:
+        cmd = [binary or spark_submit_binary(), "--master", self.master, "--name", self.name]
+        for key, value in sorted(self.conf.items()):
+            cmd += ["--conf", f"{key}={value}"]
+        if self.jars:
+            cmd += ["--jars", ",".join(self.jars)]
+        return [*cmd, self.application, *self.application_args]
+
+
+def ingest_submission(
+    spec_path: str | Path,
+    *,
+    pipeline_name: str,
+    available_now: bool = False,
+    master: str | None = None,
+    conf: dict[str, str] | None = None,
+) -> Submission:
+    """The ingest job for one spec."""
+    args = ["--spec", str(spec_path)]
+    if available_now:
+        args.append("--available-now")
+    return Submission(
+        application=str(JOBS_DIR / "ingest.py"),
+        application_args=args,
+        name=f"sluice-{pipeline_name}",
+        conf=spark_conf(conf),
+        jars=spark_jars(),
+        master=master or default_master(),
+    )

@@ -1,0 +1,60 @@
+"""Topic administration and offsets, with confluent-kafka's AdminClient and Consumer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+
+@dataclass(frozen=True)
+class TopicResult:
+    name: str
+    partitions: int
+    created: bool  # False: it existed already
+
+
+def create_topics(bootstrap: str, names: list[str], partitions: int = 1, timeout: float = 30.0) -> list[TopicResult]:
+    """Create topics that do not exist yet (idempotent); report each one's partitions."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    existing = admin.list_topics(timeout=timeout).topics
+    wanted = [n for n in names if n not in existing]
+    created: set[str] = set()
+    if wanted:
+        futures = admin.create_topics(
+            [NewTopic(n, num_partitions=partitions, replication_factor=1) for n in wanted],
+            operation_timeout=timeout,
+        )
+        for name, fut in futures.items():
+            try:
+                fut.result()
+                created.add(name)
+            except KafkaException as exc:
+                if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                    raise
+    md = admin.list_topics(timeout=timeout).topics
+    return [TopicResult(n, len(md[n].partitions) if n in md else 0, n in created) for n in names]
+
+
+def delete_topics(bootstrap: str, names: list[str], timeout: float = 30.0) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for fut in admin.delete_topics(names, operation_timeout=timeout).values():
+        fut.result()
+
+
+def end_offsets(bootstrap: str, topic: str, timeout: float = 10.0) -> dict[int, int]:
+    """The next offset to be written, per partition: Spark never commits offsets to Kafka,
+    so lag is measured against these."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "sluice-offsets", "enable.auto.commit": False})
+    try:
+        md = consumer.list_topics(topic, timeout=timeout)
+        if topic not in md.topics or md.topics[topic].error is not None:
+            raise KafkaException(f"topic {topic!r} does not exist")
+        out = {}
+        for p in md.topics[topic].partitions:
+            _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
+            out[p] = high
+        return out
+    finally:
+        consumer.close()

@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+import pytest
+
+from sluice import eventtime
+from sluice.schema import Atomic, Struct
+
+LONG, STRING, DOUBLE = Atomic("long"), Atomic("string"), Atomic("double")
+
+
+def test_epoch_seconds_is_guarded_against_overflow() -> None:
+    sql = eventtime.event_time_sql("e.ts", "epoch_seconds", LONG)
+    assert sql == "CASE WHEN e.ts BETWEEN -253402300799 AND 253402300799 THEN timestamp_seconds(e.ts) END"
+
+
+def test_epoch_millis_from_a_string_field_casts_safely() -> None:
+    sql = eventtime.event_time_sql("e.ts", "epoch_millis", STRING)
+    assert "try_cast(e.ts AS DOUBLE)" in sql
+    assert "timestamp_millis(CAST(try_cast(e.ts AS DOUBLE) AS BIGINT))" in sql
+
+
+def test_iso_and_patterns_never_raise_in_ansi_mode() -> None:
+    assert eventtime.event_time_sql("e.ts", "iso8601", STRING) == "try_cast(e.ts AS TIMESTAMP)"
+    assert eventtime.event_time_sql("e.ts", "yyyy-MM-dd HH:mm", STRING) == "try_to_timestamp(e.ts, 'yyyy-MM-dd HH:mm')"
+    assert eventtime.event_time_sql("e.ts", "iso8601", Atomic("timestamp")) == "CAST(e.ts AS TIMESTAMP)"
+
+
+def test_date_in_a_timezone() -> None:
+    assert eventtime.date_sql("ts", "UTC") == "to_date(ts)"
+    assert eventtime.date_sql("ts", "Europe/Berlin") == "to_date(from_utc_timestamp(ts, 'Europe/Berlin'))"
+
+
+@pytest.mark.parametrize("fmt", ["iso8601", "epoch_seconds", "epoch_millis", "yyyy-MM-dd'T'HH:mm:ss.SSSXXX"])
+def test_known_formats(fmt: str) -> None:
+    eventtime.check_format(fmt)
+
+
+@pytest.mark.parametrize("fmt", ["", "tomorrow", "%Y-%m-%d"])
+def test_unknown_formats(fmt: str) -> None:
+    with pytest.raises(ValueError, match="neither one of"):
+        eventtime.check_format(fmt)
+
+
+def test_types_must_fit_the_format() -> None:
+    eventtime.check_type("epoch_seconds", DOUBLE)
+    eventtime.check_type("epoch_seconds", STRING)
+    eventtime.check_type("iso8601", STRING)
+    with pytest.raises(ValueError, match="needs a string field"):
+        eventtime.check_type("iso8601", LONG)
+    with pytest.raises(ValueError, match="needs a number"):
+        eventtime.check_type("epoch_millis", Struct(()))
+
+
+def test_timezones() -> None:
+    eventtime.check_timezone("America/New_York")
+    with pytest.raises(ValueError, match="IANA"):
+        eventtime.check_timezone("CEST+2")

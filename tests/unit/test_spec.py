@@ -1,0 +1,144 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sluice.spec import SpecError, all_pipelines, load_pipeline
+from tests.conftest import ROOT
+
+GOOD = """
+name: signals
+source:
+  bootstrap_servers: localhost:9092
+  topics: [device-signals]
+schema: {schema}
+event_time: {field: timestamp, format: epoch_seconds}
+sink: {format: delta, path: tables/signals}
+checkpoint: checkpoints/signals
+"""
+
+
+def write(tmp_path: Path, text: str, schema: str | None = None) -> Path:
+    schema = schema or str(ROOT / "schemas/device_signal/v1.json")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(text.replace("{schema}", schema))
+    return spec
+
+
+def test_all_shipped_specs_are_valid() -> None:
+    names = {p.name for p in all_pipelines()}
+    assert {"device_signals", "payments", "github_events", "wikimedia_recentchange"} <= names
+
+
+def test_a_spec_and_schema_outside_the_repository(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("SLUICE_HOME", str(tmp_path / "home"))
+    schema = tmp_path / "s.ddl"
+    schema.write_text("timestamp BIGINT NOT NULL, device STRUCT<id: STRING>")
+    p = load_pipeline(write(tmp_path, GOOD, schema="s.ddl"))
+    assert p.schema_file == schema
+    assert p.sink_path == str(tmp_path / "home/tables/signals")
+    assert p.quarantine_path == str(tmp_path / "home/tables/signals_quarantine")
+    assert p.plan.names == ["timestamp", "device_id"]
+    assert p.spec.trigger.spark_kwargs() == {"processingTime": "10 seconds"}
+
+
+def test_defaults_and_spark_options(tmp_path) -> None:
+    p = load_pipeline(write(tmp_path, GOOD))
+    assert p.spec.sink.format == "delta"
+    assert p.spec.date_partition.column == "date"
+    assert p.spec.source.spark_options() == {
+        "kafka.bootstrap.servers": "localhost:9092",
+        "subscribe": "device-signals",
+        "startingOffsets": "earliest",
+        "failOnDataLoss": "true",
+    }
+
+
+def test_environment_interpolation(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("BROKERS", "kafka-1:9092,kafka-2:9092")
+    text = GOOD.replace("localhost:9092", "${BROKERS}").replace("tables/signals", "'${TABLES:-/data}/signals'")
+    p = load_pipeline(write(tmp_path, text))
+    assert p.spec.source.bootstrap_servers == "kafka-1:9092,kafka-2:9092"
+    assert p.sink_path == "/data/signals"
+    with pytest.raises(SpecError, match=r"source.bootstrap_servers: \$\{NOPE\} is not set"):
+        load_pipeline(write(tmp_path, GOOD.replace("localhost:9092", "${NOPE}")))
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field", "message"),
+    [
+        ("format: delta", "format: csv", "sink.format", "'delta' or 'parquet'"),
+        (
+            "topics: [device-signals]",
+            "topic_pattern: 'dev.*'\n  topics: [x]",
+            "source",
+            "exactly one of 'topics'",
+        ),
+        ("name: signals", "name: Signals!", "name", "should match pattern"),
+        ("format: epoch_seconds", "format: yesterday", "event_time.format", "neither one of iso8601"),
+        ("field: timestamp", "field: nope", "event_time.field", "no field 'nope'"),
+        ("field: timestamp", "field: device", "event_time.field", "is a struct"),
+        ("format: epoch_seconds", "format: iso8601", "event_time.format", "needs a string field"),
+        ("checkpoint: checkpoints/signals", "", "checkpoint", "Field required"),
+        ("name: signals", "name: signals\nsurprise: 1", "surprise", "Extra inputs are not permitted"),
+        (
+            "topics: [device-signals]",
+            "topics: [a]\n  options: {subscribe: b}",
+            "source",
+            "set by source.topics",
+        ),
+        (
+            "topics: [device-signals]",
+            "topics: [a]\n  options: {foo: b}",
+            "source",
+            "not a Kafka client setting",
+        ),
+    ],
+)
+def test_bad_specs_name_file_field_and_expectation(tmp_path, old, new, field, message) -> None:
+    spec = write(tmp_path, GOOD.replace(old, new))
+    with pytest.raises(SpecError) as err:
+        load_pipeline(spec)
+    assert err.value.file == str(spec)
+    assert err.value.field == field
+    assert message in err.value.message
+
+
+def test_passthrough_security_options(tmp_path) -> None:
+    text = GOOD.replace(
+        "topics: [device-signals]",
+        "topics: [a]\n  options: {kafka.security.protocol: SASL_SSL, kafka.sasl.mechanism: PLAIN}",
+    )
+    opts = load_pipeline(write(tmp_path, text)).spec.source.spark_options()
+    assert opts["kafka.security.protocol"] == "SASL_SSL"
+
+
+def test_timezone_and_trigger_checks(tmp_path) -> None:
+    with pytest.raises(SpecError, match="date_partition.timezone: .*IANA"):
+        load_pipeline(write(tmp_path, GOOD + "date_partition: {timezone: Mars/Olympus}\n"))
+    with pytest.raises(SpecError, match="trigger.processing_time: .*not an interval"):
+        load_pipeline(write(tmp_path, GOOD + "trigger: {processing_time: soon}\n"))
+    with pytest.raises(SpecError, match="trigger: .*not both"):
+        load_pipeline(write(tmp_path, GOOD + "trigger: {processing_time: 1 second, available_now: true}\n"))
+
+
+def test_flatten_collision_is_a_spec_error(tmp_path) -> None:
+    schema = tmp_path / "s.ddl"
+    schema.write_text("timestamp BIGINT, a STRUCT<b_c: INT>, a_b STRUCT<c: INT>")
+    with pytest.raises(SpecError, match=r"spec.yaml: flatten: column name 'a_b_c'"):
+        load_pipeline(write(tmp_path, GOOD, schema=str(schema)))
+
+
+def test_missing_schema_and_bad_yaml(tmp_path) -> None:
+    with pytest.raises(SpecError, match="schema: .*cannot read schema"):
+        load_pipeline(write(tmp_path, GOOD, schema="nowhere.json"))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed\n")
+    with pytest.raises(SpecError, match="not valid YAML"):
+        load_pipeline(bad)
+
+
+def test_unknown_pipeline_name_lists_the_known_ones() -> None:
+    with pytest.raises(SpecError, match="known: .*device_signals"):
+        load_pipeline("no_such_pipeline")
