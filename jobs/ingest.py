@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pyspark import StorageLevel
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
@@ -180,7 +181,41 @@ def run_until_stopped(query: StreamingQuery, stop: threading.Event, poll: int = 
             log.info("stopping %s after its last committed batch", query.name)
             query.stop()
             break
-        query.awaitTermination(poll)
+        try:
+            query.awaitTermination(poll)
+        except StreamingQueryException:
+            break  # the caller reads it from query.exception()
+
+
+# SPARK-57438 (Spark 4.1.x): after a restart, the first batch replayed from the offset log
+# is written and committed, then progress reporting fails with this NPE in
+# KafkaMicroBatchStream.metrics. Starting the query again from the same checkpoint is safe
+# (the batch is in the commit log) and the next batch plans normally.
+_SPARK_57438 = 'Cannot invoke "scala.collection.IterableOps.map(scala.Function1)" because the return value of "scala.Option.get()" is null'
+MAX_NPE_RESTARTS = 3
+
+
+def run(
+    spark: SparkSession, pipeline: Pipeline, available_now: bool = False, stop: threading.Event | None = None
+) -> Exception | None:
+    """Run the pipeline's query until it ends or is stopped; return its error, if any."""
+    stop = stop or threading.Event()
+    for attempt in range(MAX_NPE_RESTARTS + 1):
+        query = start(spark, pipeline, available_now=available_now)
+        if attempt == 0:
+            log.info(
+                "%s: started query %s (%s sink, checkpoint %s)",
+                pipeline.name,
+                query.id,
+                pipeline.spec.sink.format,
+                pipeline.checkpoint_path,
+            )
+        run_until_stopped(query, stop)
+        error = query.exception()
+        if error is None or _SPARK_57438 not in str(error) or attempt == MAX_NPE_RESTARTS:
+            return error
+        log.warning("%s: restarting from the checkpoint after SPARK-57438 (replayed batch committed)", pipeline.name)
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -207,19 +242,10 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
     try:
-        query = start(spark, pipeline, available_now=args.available_now)
+        error = run(spark, pipeline, available_now=args.available_now, stop=stop)
     except CheckpointMismatch as exc:
         log.error("%s", exc)
         return 3
-    log.info(
-        "%s: started query %s (%s sink, checkpoint %s)",
-        pipeline.name,
-        query.id,
-        pipeline.spec.sink.format,
-        pipeline.checkpoint_path,
-    )
-    run_until_stopped(query, stop)
-    error = query.exception()
     if error is not None:
         log.error("%s failed: %s", pipeline.name, error)
         return 1

@@ -9,6 +9,8 @@ import pytest
 
 from sluice import config
 
+pytest_plugins = ["tests.fixtures"]
+
 ROOT = config.PROJECT_ROOT
 #: Real public event samples; CI has them beside the clone, a user's clone may not.
 REAL_DATA = Path(os.environ.get("SLUICE_REAL_DATA") or ROOT.parent / "shared" / "data" / "real")

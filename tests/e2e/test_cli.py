@@ -1,0 +1,101 @@
+"""The sluice command as a user types it, against the test session's broker."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+from tests.fixtures import new_topic
+
+pytestmark = pytest.mark.e2e
+
+SLUICE = [sys.executable, "-m", "sluice.cli"]
+
+
+def sluice(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*SLUICE, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=os.environ | {"COLUMNS": "200"} | (env or {}),
+    )
+
+
+def test_help_on_every_command() -> None:
+    for cmd in (
+        ["--help"],
+        ["kafka", "--help"],
+        ["topics", "create", "--help"],
+        ["produce", "--help"],
+        ["replay", "--help"],
+        ["run", "--help"],
+        ["sql", "--help"],
+        ["demo", "--help"],
+        ["audit", "--help"],
+    ):
+        result = sluice(*cmd)
+        assert result.returncode == 0 and "Usage" in result.stdout, (cmd, result.stderr)
+
+
+def test_check_validates_shipped_specs_and_reports_a_bad_one(tmp_path) -> None:
+    ok = sluice("check")
+    assert ok.returncode == 0 and "4 spec(s) valid" in ok.stdout
+    assert "device_location_lat" in ok.stdout
+    bad = tmp_path / "bad.yaml"
+    spec = yaml.safe_load((ROOT / "pipelines/device_signals.yaml").read_text())
+    spec["schema"] = str(ROOT / "schemas/device_signal/v1.json")
+    spec["sink"]["format"] = "csv"
+    bad.write_text(yaml.safe_dump(spec))
+    result = sluice("check", str(bad))
+    assert result.returncode == 2
+    assert f"{bad}: sink.format:" in " ".join(result.stdout.split())
+
+
+def test_produce_run_audit_and_sql_from_the_command_line(broker, tmp_path: Path) -> None:
+    topic = new_topic(broker, partitions=2)
+    pipelines = tmp_path / "pipelines"
+    pipelines.mkdir()
+    spec = yaml.safe_load((ROOT / "pipelines/device_signals.yaml").read_text())
+    spec.update(
+        name="cli_signals",
+        schema=str(ROOT / "schemas/device_signal/v1.json"),
+        sink={"format": "delta", "path": str(tmp_path / "t")},
+        checkpoint=str(tmp_path / "c"),
+    )
+    spec["source"]["topics"] = [topic]
+    (pipelines / "cli_signals.yaml").write_text(yaml.safe_dump(spec))
+    env = {"SLUICE_PIPELINES": str(pipelines)}
+
+    status = sluice("kafka", "status")
+    assert status.returncode == 0 and "running" in status.stdout
+
+    produced = sluice("produce", "cli_signals", "--count", "300", "--bad-fraction", "0.1", "--seed", "5", env=env)
+    assert produced.returncode == 0, produced.stdout + produced.stderr
+    assert "sent 300 records" in produced.stdout
+
+    ran = sluice("run", "cli_signals", "--available-now", env=env)
+    assert ran.returncode == 0, ran.stdout + ran.stderr[-3000:]
+    assert "cli_signals: stopped cleanly" in ran.stdout + ran.stderr
+
+    audit = sluice("audit", "cli_signals", env=env)
+    assert audit.returncode == 0 and "300" in audit.stdout
+
+    counted = sluice(
+        "sql", "SELECT count(*) AS n, count(DISTINCT _kafka_offset, _kafka_partition) AS d FROM cli_signals", env=env
+    )
+    assert counted.returncode == 0, counted.stdout + counted.stderr[-2000:]
+    bad = sluice("sql", "SELECT count(*) AS q FROM cli_signals_quarantine", env=env)
+    rows_out = int(counted.stdout.split("│")[-3].strip())
+    quarantined = int(bad.stdout.split("│")[-2].strip())
+    assert rows_out + quarantined == 300
+    assert quarantined > 0
+
+    wrong = sluice("sql", "SELECT nope FROM cli_signals", env=env)
+    assert wrong.returncode == 2 and "views: cli_signals" in wrong.stdout

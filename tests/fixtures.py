@@ -1,0 +1,119 @@
+"""One Kafka broker and one Spark session per test session, started only when a test asks.
+
+Both live under a temporary SLUICE_HOME on free loopback ports, so tests never touch the
+user's own broker or tables. The jars come from where `make setup` put them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from sluice import config
+from sluice.broker import EmbeddedBroker
+from sluice.spec import Pipeline, load_pipeline
+from sluice.topics import create_topics
+
+JARS = Path(os.environ.get("SLUICE_JARS") or config.PROJECT_ROOT / ".sluice" / "jars")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def sluice_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    if not any((JARS / "spark").glob("*.jar")) or not any((JARS / "kafka").glob("*.jar")):
+        pytest.fail(f"no jars under {JARS}: run `make setup` first (the README's test command does)")
+    home = tmp_path_factory.mktemp("sluice-home")
+    saved = dict(os.environ)
+    port = free_port()
+    os.environ.update(
+        SLUICE_HOME=str(home),
+        SLUICE_JARS=str(JARS),
+        SLUICE_KAFKA_PORT=str(port),
+        SLUICE_KAFKA_CONTROLLER_PORT=str(free_port()),
+        SLUICE_KAFKA_BOOTSTRAP=f"127.0.0.1:{port}",
+        SPARK_LOCAL_IP="127.0.0.1",
+    )
+    yield home
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+@pytest.fixture(scope="session")
+def broker(sluice_home: Path) -> Iterator[EmbeddedBroker]:
+    b = EmbeddedBroker.default()
+    b.start(timeout=120)
+    yield b
+    b.stop()
+
+
+@pytest.fixture(scope="session")
+def spark(sluice_home: Path) -> Iterator[Any]:
+    from jobs.session import local_session
+
+    session = local_session(
+        "sluice-tests",
+        master="local[2]",
+        conf={
+            "spark.ui.enabled": "false",
+            "spark.sql.shuffle.partitions": "2",
+            # Every table writes Delta checkpoints early, so reading them is always tested.
+            "spark.databricks.delta.properties.defaults.checkpointInterval": "2",
+        },
+    )
+    yield session
+    session.stop()
+
+
+def new_topic(broker: EmbeddedBroker, partitions: int = 2, prefix: str = "t") -> str:
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    create_topics(broker.bootstrap, [name], partitions)
+    return name
+
+
+def make_pipeline(folder: Path, topic: str, schema: str = "device_signal/v1.json", **fields: Any) -> Pipeline:
+    """Write a spec for ``topic`` with its tables and checkpoint under ``folder``."""
+    name = fields.pop("name", "p_" + topic.replace("-", "_"))
+    spec: dict[str, Any] = {
+        "name": name,
+        "source": {"topics": [topic], "starting_offsets": "earliest"},
+        "schema": str(config.PROJECT_ROOT / "schemas" / schema),
+        "event_time": {"field": "timestamp", "format": "epoch_seconds"},
+        "sink": {"format": "delta", "path": str(folder / "tables" / name)},
+        "checkpoint": str(folder / "checkpoints" / name),
+    }
+    for key, value in fields.items():
+        spec[key] = spec[key] | value if isinstance(value, dict) and key in spec else value
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return load_pipeline(path)
+
+
+def audit_totals(pipeline: Pipeline) -> dict[str, int]:
+    """Sum the per-batch audit files, checking each batch reconciles on its own."""
+    totals = {"records_in": 0, "records_out": 0, "records_quarantined": 0}
+    for f in Path(pipeline.audit_path).glob("*.json"):
+        audit = json.loads(f.read_text())
+        assert audit["records_in"] == audit["records_out"] + audit["records_quarantined"], audit
+        for key in totals:
+            totals[key] += audit[key]
+    return totals
+
+
+def run_available_now(spark: Any, pipeline: Pipeline) -> None:
+    from jobs.ingest import run
+
+    error = run(spark, pipeline, available_now=True)
+    assert error is None, error

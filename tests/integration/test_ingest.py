@@ -1,0 +1,137 @@
+"""The ingest job on a real broker, real Spark and real Delta/Parquet tables."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jobs.ingest import CheckpointMismatch, start
+from jobs.sinks import read_table
+from sluice.generate import EventGenerator, Record
+from sluice.produce import send, synthetic
+from tests.fixtures import audit_totals, make_pipeline, new_topic, run_available_now
+
+pytestmark = pytest.mark.integration
+
+
+def value_at(event: dict[str, Any], dotted: str) -> Any:
+    node: Any = event
+    for part in dotted.split("."):
+        if not isinstance(node, dict):
+            return None
+        node = node.get(part)
+    return node
+
+
+@pytest.mark.parametrize("fmt", ["delta", "parquet"])
+def test_every_record_lands_once_row_for_row_and_reason_for_reason(spark, broker, tmp_path, fmt) -> None:
+    topic = new_topic(broker, partitions=3)
+    pipeline = make_pipeline(tmp_path, topic, sink={"format": fmt})
+    report = send(broker.bootstrap, topic, synthetic(EventGenerator(pipeline, seed=42), 600, 0.2), keep=True)
+
+    run_available_now(spark, pipeline)
+
+    good = {(d.partition, d.offset): d.record for d in report.delivered if d.record.kind == "good"}
+    bad = {(d.partition, d.offset): d.record for d in report.delivered if d.record.kind != "good"}
+    assert len(good) + len(bad) == 600 and len(bad) > 60
+
+    out = read_table(spark, fmt, pipeline.sink_path).collect()
+    rows = {(r["_kafka_partition"], r["_kafka_offset"]): r for r in out}
+    assert len(rows) == len(out), "a Kafka record was written twice"
+    assert rows.keys() == good.keys()
+    for key, record in good.items():
+        row, event = rows[key], record.event
+        assert event is not None
+        for col in pipeline.plan.columns:
+            assert row[col.name] == value_at(event, col.source), (key, col.name)
+        assert row["_kafka_topic"] == topic
+        assert row["date"] == datetime.fromtimestamp(event["timestamp"], UTC).date()
+
+    quarantined = read_table(spark, fmt, pipeline.quarantine_path).collect()
+    reasons = {(r["_kafka_partition"], r["_kafka_offset"]): r["reason"] for r in quarantined}
+    assert len(reasons) == len(quarantined)
+    assert reasons == {key: record.reason for key, record in bad.items()}
+    raw = {(r["_kafka_partition"], r["_kafka_offset"]): r["raw_value"] for r in quarantined}
+    assert all((bytes(raw[k]) if raw[k] is not None else None) == r.value for k, r in bad.items())
+
+    assert audit_totals(pipeline) == {"records_in": 600, "records_out": len(good), "records_quarantined": len(bad)}
+
+
+def test_restart_reads_only_new_records(spark, broker, tmp_path) -> None:
+    topic = new_topic(broker)
+    pipeline = make_pipeline(tmp_path, topic)
+    gen = EventGenerator(pipeline, seed=1)
+    send(broker.bootstrap, topic, synthetic(gen, 100))
+    run_available_now(spark, pipeline)
+    send(broker.bootstrap, topic, synthetic(gen, 50))
+    run_available_now(spark, pipeline)
+    table = read_table(spark, "delta", pipeline.sink_path)
+    assert table.count() == 150
+    assert table.select("_kafka_partition", "_kafka_offset").distinct().count() == 150
+
+
+def test_dates_follow_the_spec_timezone_and_decimals_survive(spark, broker, tmp_path) -> None:
+    topic = new_topic(broker, partitions=1)
+    pipeline = make_pipeline(
+        tmp_path,
+        topic,
+        schema="payment/v1.json",
+        event_time={"field": "created_at", "format": "iso8601"},
+        date_partition={"column": "day", "timezone": "Europe/Berlin"},
+    )
+    base = {"payment_id": "p1", "amount": 1234.56, "currency": "EUR", "card": {"id": "c1"}}
+    times = ["2026-03-28T23:30:00Z", "2026-03-28T22:59:59Z", "2026-07-01T21:59:59.500+00:00"]
+    records = [Record(json.dumps(base | {"created_at": t}).encode(), "good", None) for t in times]
+    send(broker.bootstrap, topic, records)
+    run_available_now(spark, pipeline)
+    rows = read_table(spark, "delta", pipeline.sink_path).orderBy("_kafka_offset").collect()
+    # 23:30Z is 00:30 in Berlin (CET, +1); 22:59:59Z is still the 28th; in July Berlin is +2.
+    assert [str(r["day"]) for r in rows] == ["2026-03-29", "2026-03-28", "2026-07-01"]
+    assert [str(r["amount"]) for r in rows] == ["1234.56"] * 3
+    assert rows[0]["card_id"] == "c1" and rows[0]["merchant_category"] is None
+
+
+def test_parquet_readers_see_only_committed_files(spark, broker, tmp_path) -> None:
+    topic = new_topic(broker)
+    pipeline = make_pipeline(tmp_path, topic, sink={"format": "parquet"})
+    send(broker.bootstrap, topic, synthetic(EventGenerator(pipeline, seed=3), 200))
+    run_available_now(spark, pipeline)
+    # A file left by a batch that died before its commit: present on disk, not in the log.
+    partition_dir = next(Path(pipeline.sink_path).glob("date=*"))
+    data_file = next(partition_dir.glob("*.parquet"))
+    shutil.copy(data_file, partition_dir / "part-uncommitted-from-a-crash.parquet")
+    assert read_table(spark, "parquet", pipeline.sink_path).count() == 200
+    globbed = spark.read.parquet(f"{pipeline.sink_path}/date=*/*.parquet").count()
+    assert globbed > 200  # what a reader that globs would wrongly see
+
+
+def test_a_new_checkpoint_for_a_table_with_data_is_refused(spark, broker, tmp_path) -> None:
+    topic = new_topic(broker)
+    pipeline = make_pipeline(tmp_path, topic)
+    send(broker.bootstrap, topic, synthetic(EventGenerator(pipeline, seed=4), 20))
+    run_available_now(spark, pipeline)
+    moved = make_pipeline(
+        tmp_path, topic, name="moved", sink={"path": pipeline.sink_path}, checkpoint=str(tmp_path / "fresh")
+    )
+    with pytest.raises(CheckpointMismatch, match="already has data"):
+        start(spark, moved, available_now=True)
+
+
+def test_exploded_arrays_keep_one_row_per_element_and_records_reconcile(spark, broker, tmp_path) -> None:
+    topic = new_topic(broker, partitions=1)
+    pipeline = make_pipeline(tmp_path, topic, flatten={"explode": ["tags"], "rename": {"tags": "tag"}})
+    gen = EventGenerator(pipeline, seed=9)
+    events = [gen.good() for _ in range(30)]
+    send(broker.bootstrap, topic, [Record(json.dumps(e).encode(), "good", None, e) for e in events])
+    run_available_now(spark, pipeline)
+    table = read_table(spark, "delta", pipeline.sink_path)
+    expected_rows = sum(max(1, len(e.get("tags") or [])) for e in events)
+    assert table.count() == expected_rows
+    assert table.select("_kafka_offset").distinct().count() == 30
+    totals = audit_totals(pipeline)
+    assert totals["records_out"] == 30

@@ -1,0 +1,33 @@
+"""docker/ cannot be built here (no Docker engine), so check what can go stale without one."""
+
+from __future__ import annotations
+
+import re
+
+import yaml
+
+from tests.conftest import ROOT
+
+DOCKER = ROOT / "docker"
+
+
+def test_compose_file_parses_and_every_service_has_an_image() -> None:
+    compose = yaml.safe_load((DOCKER / "compose.yaml").read_text())
+    services = compose["services"]
+    assert {"kafka", "spark-master", "spark-worker", "sluice"} <= set(services)
+    for name, service in services.items():
+        assert "image" in service or "build" in service, name
+    assert services["sluice"]["environment"]["SLUICE_SPARK_MASTER"] == "spark://spark-master:7077"
+
+
+def test_kafka_image_matches_the_pinned_broker() -> None:
+    pinned = re.search(r"<kafka.version>([^<]+)<", (ROOT / "pom.xml").read_text()).group(1)  # type: ignore[union-attr]
+    compose = yaml.safe_load((DOCKER / "compose.yaml").read_text())
+    assert compose["services"]["kafka"]["image"] == f"apache/kafka:{pinned}"
+
+
+def test_dockerfile_copies_only_files_that_exist() -> None:
+    for line in (DOCKER / "Dockerfile").read_text().splitlines():
+        if line.startswith("COPY "):
+            for source in line.split()[1:-1]:
+                assert (ROOT / source.rstrip("/")).exists(), source
