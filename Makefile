@@ -48,8 +48,8 @@ demo: setup
 	$(BIN)/sluice demo
 
 lint: setup
-	$(BIN)/ruff check sluice jobs dags tests benchmarks
-	$(BIN)/ruff format --check sluice jobs dags tests benchmarks
+	$(BIN)/ruff check sluice jobs tests
+	$(BIN)/ruff format --check sluice jobs tests
 
 types: setup
 	$(BIN)/mypy
