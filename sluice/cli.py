@@ -363,9 +363,5 @@ def _demo_report(pipelines: list[Pipeline]) -> None:
         spark.stop()
 
 
-def main() -> None:  # pragma: no cover - console entry point
-    app()
-
-
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(app())

@@ -37,10 +37,6 @@ class ProduceReport:
     delivered: list[Delivered] = field(default_factory=list)
 
     @property
-    def bad(self) -> int:
-        return self.sent - self.kinds["good"]
-
-    @property
     def rate(self) -> float:
         return self.sent / self.seconds if self.seconds > 0 else 0.0
 
@@ -63,7 +59,6 @@ def send(
     records: Iterable[Record],
     rate: float | None = None,
     keep: bool = False,
-    progress: Callable[[int], None] | None = None,
 ) -> ProduceReport:
     """Send records, at most ``rate`` per second; wait until the broker confirmed all.
 
@@ -97,8 +92,6 @@ def send(
         prod.poll(0)
         report.sent += 1
         report.kinds[record.kind] += 1
-        if progress and report.sent % 1000 == 0:
-            progress(report.sent)
     remaining = prod.flush(60)
     report.seconds = time.monotonic() - start
     if remaining:
