@@ -200,9 +200,10 @@ def run(
 ) -> Exception | None:
     """Run the pipeline's query until it ends or is stopped; return its error, if any."""
     stop = stop or threading.Event()
-    for attempt in range(MAX_NPE_RESTARTS + 1):
+    restarts = 0
+    while True:
         query = start(spark, pipeline, available_now=available_now)
-        if attempt == 0:
+        if restarts == 0:
             log.info(
                 "%s: started query %s (%s sink, checkpoint %s)",
                 pipeline.name,
@@ -212,10 +213,10 @@ def run(
             )
         run_until_stopped(query, stop)
         error = query.exception()
-        if error is None or _SPARK_57438 not in str(error) or attempt == MAX_NPE_RESTARTS:
+        if error is None or _SPARK_57438 not in str(error) or restarts == MAX_NPE_RESTARTS:
             return error
+        restarts += 1
         log.warning("%s: restarting from the checkpoint after SPARK-57438 (replayed batch committed)", pipeline.name)
-    return None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,9 +7,9 @@ these tests skip and say where they looked.
 from __future__ import annotations
 
 import json
-from collections import Counter
 
 import pytest
+import yaml
 
 from jobs.sinks import read_table
 from sluice.produce import read_ndjson, send
@@ -19,10 +19,8 @@ from tests.fixtures import audit_totals, make_pipeline, new_topic, run_available
 pytestmark = pytest.mark.integration
 
 
-def replay_spec(tmp_path, broker, shipped: str, schema: str, **fields):
+def replay_spec(tmp_path, broker, shipped: str, schema: str):
     """The shipped pipeline's settings, on a fresh topic and tables under tmp_path."""
-    import yaml
-
     spec = yaml.safe_load((ROOT / "pipelines" / f"{shipped}.yaml").read_text())
     topic = new_topic(broker, partitions=2, prefix=shipped.replace("_", "-"))
     return topic, make_pipeline(
@@ -32,7 +30,6 @@ def replay_spec(tmp_path, broker, shipped: str, schema: str, **fields):
         event_time=spec["event_time"],
         flatten=spec.get("flatten", {}),
         sink={"format": spec["sink"]["format"]},
-        **fields,
     )
 
 
@@ -47,8 +44,7 @@ def assert_nothing_quarantined(spark, pipeline, expected_in: int) -> None:
 def test_github_events_flatten_and_explode_with_nothing_quarantined(spark, broker, tmp_path) -> None:
     path = require_real_data("github-events-2021-07-21.ndjson")
     topic, pipeline = replay_spec(tmp_path, broker, "github_events", "github_event/v1.json")
-    stats: Counter[str] = Counter()
-    report = send(broker.bootstrap, topic, read_ndjson(path, stats))
+    report = send(broker.bootstrap, topic, read_ndjson(path))
     assert report.sent == 800
     run_available_now(spark, pipeline)
 
