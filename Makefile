@@ -3,6 +3,7 @@
 
 PYTHON     ?= python3.11
 VENV       ?= .venv
+AIRFLOW_VENV ?= .venv-airflow
 SLUICE_HOME ?= $(CURDIR)/.sluice
 SLUICE_JARS ?= $(SLUICE_HOME)/jars
 export SLUICE_HOME SLUICE_JARS
@@ -12,15 +13,16 @@ JARS  := $(SLUICE_JARS)
 UV    := $(BIN)/uv
 MVN   := mvn -q -B
 
-.PHONY: setup demo test lint types unit integration e2e clean distclean help
+.PHONY: setup demo airflow test lint types unit clean distclean help
 
 help:
 	@echo "make demo   set up, then run the device-signal and payment pipelines end to end"
 	@echo "make test   set up, then lint, type-check and run the whole test suite"
-	@echo "make setup  install the Spark runtime (.venv) and the JVM jars ($(JARS))"
+	@echo "make airflow  set up, then start Airflow standalone on http://127.0.0.1:8080 (dags/ as DAG folder)"
+	@echo "make setup  install the Spark runtime (.venv), the Airflow side (.venv-airflow) and the JVM jars"
 	@echo "make clean  stop the broker and remove local state (tables, checkpoints, broker data)"
 
-setup: $(BIN)/.installed $(JARS)/kafka/.installed $(JARS)/spark/.installed
+setup: $(BIN)/.installed $(AIRFLOW_VENV)/bin/.installed $(JARS)/kafka/.installed $(JARS)/spark/.installed
 
 # Java 17 and Maven come from the OS packages when missing (Debian/Ubuntu, as root).
 $(SLUICE_HOME)/.tools:
@@ -36,6 +38,13 @@ $(BIN)/.installed: requirements.txt pyproject.toml
 	$(UV) pip install -q --python $(BIN)/python -r requirements.txt -e .
 	@touch $@
 
+# Airflow and the Spark provider get their own environment: the provider depends on
+# pyspark-client, which would replace the Spark runtime's pyspark.
+$(AIRFLOW_VENV)/bin/.installed: pyproject.toml | $(BIN)/.installed
+	@test -x $(AIRFLOW_VENV)/bin/python || $(PYTHON) -m venv $(AIRFLOW_VENV)
+	$(UV) pip install -q --python $(AIRFLOW_VENV)/bin/python -e '.[airflow]'
+	@touch $@
+
 $(JARS)/kafka/.installed: pom.xml | $(SLUICE_HOME)/.tools
 	$(MVN) -P kafka dependency:copy-dependencies -DoutputDirectory=$(JARS)/kafka
 	@touch $@
@@ -47,9 +56,12 @@ $(JARS)/spark/.installed: pom.xml | $(SLUICE_HOME)/.tools
 demo: setup
 	$(BIN)/sluice demo
 
+airflow: setup
+	$(BIN)/sluice airflow standalone
+
 lint: setup
-	$(BIN)/ruff check sluice jobs tests
-	$(BIN)/ruff format --check sluice jobs tests
+	$(BIN)/ruff check sluice jobs dags tests
+	$(BIN)/ruff format --check sluice jobs dags tests
 
 types: setup
 	$(BIN)/mypy
@@ -62,7 +74,7 @@ unit: setup
 
 clean:
 	-@test -x $(BIN)/sluice && $(BIN)/sluice kafka down >/dev/null 2>&1
-	rm -rf $(SLUICE_HOME)/kafka $(SLUICE_HOME)/tables $(SLUICE_HOME)/checkpoints $(SLUICE_HOME)/logs
+	rm -rf $(SLUICE_HOME)/kafka $(SLUICE_HOME)/tables $(SLUICE_HOME)/checkpoints $(SLUICE_HOME)/logs $(SLUICE_HOME)/run
 
 distclean: clean
-	rm -rf $(VENV) $(SLUICE_HOME)
+	rm -rf $(VENV) $(AIRFLOW_VENV) $(SLUICE_HOME)

@@ -3,6 +3,7 @@
 Run by ``sluice run SPEC`` and by Airflow, both through spark-submit::
 
     spark-submit ... jobs/ingest.py --spec pipelines/device_signals.yaml [--available-now]
+    spark-submit ... jobs/ingest.py --spec ... --backfill-id ID --backfill-range '{"topic": {"0": [10, 500]}}'
 
 Per micro-batch: parse every record, write the good ones (flattened) to the output table
 and the rest to the quarantine table with the reason, and record the counts
@@ -10,12 +11,14 @@ and the rest to the quarantine table with the reason, and record the counts
 Both tables are written exactly once per batch, so a crash at any moment followed by a
 restart from the same checkpoint neither loses nor repeats a record.
 
-SIGTERM or Ctrl-C stops the query after the batch in progress has committed.
+SIGTERM or Ctrl-C stops the query after the batch in progress has committed. While it
+runs, the job reports its state every second (:mod:`jobs.status`) for supervision.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import signal
@@ -32,9 +35,11 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from jobs import hadoopfs
-from jobs.parse import REASON, flat_rows, parse, quarantine_rows, read_kafka
+from jobs.backfill import Backfill, drop_present
+from jobs.parse import REASON, flat_rows, parse, quarantine_rows
 from jobs.sinks import BatchSink, DeltaSink, ParquetSink
-from sluice.spec import Pipeline, SpecError, load_pipeline
+from jobs.status import AlreadyRunning, StatusReporter, take_lock
+from sluice.spec import Pipeline, SpecError, Trigger, load_pipeline
 
 log = logging.getLogger("sluice.ingest")
 
@@ -51,6 +56,7 @@ class BatchAudit:
     records_out: int
     records_quarantined: int
     rows_out: int  # differs from records_out only when arrays are exploded
+    records_already_present: int = 0  # backfills only: in the range, but already in a table (not counted in)
     offsets: dict[str, dict[str, list[int]]] = field(default_factory=dict)  # topic -> partition -> [first, last]
     seconds: float = 0.0
     written_at: str = ""
@@ -59,8 +65,8 @@ class BatchAudit:
 class BatchWriter:
     """The ``foreachBatch`` function: split one batch between the two tables."""
 
-    def __init__(self, spark: SparkSession, pipeline: Pipeline) -> None:
-        self.spark, self.pipeline = spark, pipeline
+    def __init__(self, spark: SparkSession, pipeline: Pipeline, backfill: Backfill | None = None) -> None:
+        self.spark, self.pipeline, self.backfill = spark, pipeline, backfill
         self._sinks: tuple[BatchSink, BatchSink] | None = None
 
     def sinks(self) -> tuple[BatchSink, BatchSink]:
@@ -83,8 +89,18 @@ class BatchWriter:
         started = time.monotonic()
         out, quarantine = self.sinks()
         batch = batch.persist(StorageLevel.MEMORY_AND_DISK)
+        present = 0
         try:
+            if self.backfill is not None:
+                fmt = self.pipeline.spec.sink.format
+                tables = [(fmt, s.path) for s in (out, quarantine) if s.has_commits()]
+                if tables:
+                    kept = drop_present(self.spark, batch, tables).persist(StorageLevel.MEMORY_AND_DISK)
+                    present = batch.count() - kept.count()
+                    batch.unpersist()
+                    batch = kept
             audit = self._count(batch, batch_id)
+            audit.records_already_present = present
             if audit.records_out:
                 good = flat_rows(batch.filter(F.col(REASON).isNull()), self.pipeline)
                 if self.pipeline.plan.explodes:
@@ -158,23 +174,42 @@ def check_checkpoint(spark: SparkSession, pipeline: Pipeline) -> None:
                 )
 
 
-def start(spark: SparkSession, pipeline: Pipeline, available_now: bool = False) -> StreamingQuery:
-    """Start the pipeline's streaming query and return it."""
-    check_checkpoint(spark, pipeline)
-    trigger = {"availableNow": True} if available_now else pipeline.spec.trigger.spark_kwargs()
+def for_backfill(pipeline: Pipeline, backfill: Backfill) -> Pipeline:
+    """The same pipeline and tables, with the backfill's own checkpoint (and audit log)."""
+    spec = pipeline.spec.model_copy(update={"checkpoint": pipeline.backfill_checkpoint_path(backfill.id)})
+    return dataclasses.replace(pipeline, spec=spec)
+
+
+def start(
+    spark: SparkSession, pipeline: Pipeline, available_now: bool = False, backfill: Backfill | None = None
+) -> StreamingQuery:
+    """Start the pipeline's streaming query (or one backfill's) and return it."""
+    options = pipeline.spec.source.spark_options()
+    if backfill is None:
+        check_checkpoint(spark, pipeline)
+        trigger = {"availableNow": True} if available_now else pipeline.spec.trigger.spark_kwargs()
+        raw = spark.readStream.format("kafka").options(**options).load()
+    else:
+        pipeline, trigger = for_backfill(pipeline, backfill), {"availableNow": True}
+        raw = spark.readStream.format("kafka").options(**backfill.source_options(options)).load()
+        raw = raw.filter(backfill.in_range())
     return (
-        parse(read_kafka(spark, pipeline), pipeline)
-        .writeStream.queryName(pipeline.name)
+        parse(raw, pipeline)
+        .writeStream.queryName(pipeline.name if backfill is None else f"{pipeline.name}-backfill-{backfill.id}")
         .option("checkpointLocation", pipeline.checkpoint_path)
-        .foreachBatch(BatchWriter(spark, pipeline))
+        .foreachBatch(BatchWriter(spark, pipeline, backfill))
         .trigger(**trigger)
         .start()
     )
 
 
-def run_until_stopped(query: StreamingQuery, stop: threading.Event, poll: int = 1) -> None:
+def run_until_stopped(
+    query: StreamingQuery, stop: threading.Event, poll: int = 1, reporter: StatusReporter | None = None
+) -> None:
     """Wait for the query to end; on a stop request, stop between batches."""
     while query.isActive:
+        if reporter is not None:
+            reporter.report("running", query)
         if stop.is_set():
             while query.isActive and query.status.get("isTriggerActive"):
                 time.sleep(0.1)
@@ -196,24 +231,32 @@ MAX_NPE_RESTARTS = 3
 
 
 def run(
-    spark: SparkSession, pipeline: Pipeline, available_now: bool = False, stop: threading.Event | None = None
+    spark: SparkSession,
+    pipeline: Pipeline,
+    available_now: bool = False,
+    stop: threading.Event | None = None,
+    backfill: Backfill | None = None,
+    reporter: StatusReporter | None = None,
 ) -> Exception | None:
     """Run the pipeline's query until it ends or is stopped; return its error, if any."""
     stop = stop or threading.Event()
     restarts = 0
     while True:
-        query = start(spark, pipeline, available_now=available_now)
+        query = start(spark, pipeline, available_now=available_now, backfill=backfill)
         if restarts == 0:
             log.info(
                 "%s: started query %s (%s sink, checkpoint %s)",
                 pipeline.name,
                 query.id,
                 pipeline.spec.sink.format,
-                pipeline.checkpoint_path,
+                (for_backfill(pipeline, backfill) if backfill else pipeline).checkpoint_path,
             )
-        run_until_stopped(query, stop)
+        run_until_stopped(query, stop, reporter=reporter)
         error = query.exception()
         if error is None or _SPARK_57438 not in str(error) or restarts == MAX_NPE_RESTARTS:
+            if reporter is not None:
+                ended = "finished" if available_now else "stopped"
+                reporter.report("failed" if error else ended, query, str(error) if error else None)
             return error
         restarts += 1
         log.warning("%s: restarting from the checkpoint after SPARK-57438 (replayed batch committed)", pipeline.name)
@@ -223,17 +266,42 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ingest.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--spec", required=True, help="pipeline spec file (or a pipeline name)")
     parser.add_argument("--available-now", action="store_true", help="process what is in Kafka now, then stop")
+    parser.add_argument("--processing-time", help="micro-batch interval instead of the spec's, e.g. '30 seconds'")
+    parser.add_argument("--backfill-id", help="name of a backfill (its checkpoint); needs --backfill-range")
+    parser.add_argument("--backfill-range", help='JSON {"topic": {"partition": [first, end)}} of offsets')
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
     try:
         pipeline = load_pipeline(args.spec)
-    except SpecError as exc:
+        if args.processing_time:
+            trigger = Trigger(processing_time=args.processing_time)
+            pipeline = dataclasses.replace(pipeline, spec=pipeline.spec.model_copy(update={"trigger": trigger}))
+    except (SpecError, ValueError) as exc:
         log.error("invalid spec: %s", exc)
         return 2
 
+    backfill = None
+    if args.backfill_id or args.backfill_range:
+        try:
+            backfill = Backfill.parse(args.backfill_id or "", args.backfill_range or "")
+        except (ValueError, json.JSONDecodeError, TypeError, IndexError) as exc:
+            log.error("invalid backfill: %s", exc)
+            return 2
+        if not args.backfill_id:
+            log.error("invalid backfill: --backfill-range needs --backfill-id")
+            return 2
+    try:
+        lock = take_lock(pipeline.name, "job.lock" if backfill is None else f"backfill-{backfill.id}.lock")
+    except AlreadyRunning as exc:
+        log.error("%s", exc)
+        return 4
+
     spark = SparkSession.builder.appName(f"sluice-{pipeline.name}").getOrCreate()
+    reporter = StatusReporter(spark, pipeline.name) if backfill is None else None
+    if reporter is not None:
+        reporter.report("starting")
     stop = threading.Event()
 
     def request_stop(signum: int, _frame: Any) -> None:
@@ -243,10 +311,14 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
     try:
-        error = run(spark, pipeline, available_now=args.available_now, stop=stop)
+        error = run(spark, pipeline, available_now=args.available_now, stop=stop, backfill=backfill, reporter=reporter)
     except CheckpointMismatch as exc:
+        if reporter is not None:
+            reporter.report("failed", error=str(exc))
         log.error("%s", exc)
         return 3
+    finally:
+        lock.close()
     if error is not None:
         log.error("%s failed: %s", pipeline.name, error)
         return 1

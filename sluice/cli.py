@@ -19,12 +19,16 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from sluice import config
+from sluice import config, supervise
+from sluice.airflow_env import airflow_binary, airflow_env
+from sluice.backfill import BackfillError
+from sluice.backfill import plan as plan_backfill
 from sluice.broker import BrokerError, EmbeddedBroker
 from sluice.generate import EventGenerator
 from sluice.produce import ProduceError, ProduceReport, read_ndjson, send, synthetic
-from sluice.spec import Pipeline, SpecError, all_pipelines, load_pipeline
+from sluice.spec import Pipeline, SpecError, all_pipelines, duration_seconds, load_pipeline
 from sluice.submit import ingest_submission, submit_env
+from sluice.supervise import Driver
 from sluice.topics import create_topics, end_offsets
 
 console = Console(highlight=False)
@@ -213,6 +217,101 @@ def run(
         fail(f"the {p.name} job exited with {code}", code)
 
 
+def _launch(p: Pipeline, available_now: bool = False, master: str | None = None) -> Driver:
+    sub = ingest_submission(p.spec_path, pipeline_name=p.name, available_now=available_now, master=master)
+    return supervise.launch(
+        p,
+        sub.command(),
+        submit_env(sub.master),
+        launched_by="sluice start",
+        desired="once" if available_now else "running",
+    )
+
+
+@app.command()
+def start(
+    spec: SpecArg,
+    available_now: Annotated[bool, typer.Option("--available-now", help="Process what is there, then end.")] = False,
+    master: Annotated[
+        str | None, typer.Option(help="Spark master [default: $SLUICE_SPARK_MASTER or local[2]].")
+    ] = None,
+) -> None:
+    """Start the stream detached (as Airflow does) and wait until its query runs."""
+    p = _pipeline(spec)
+    if supervise.driver_process(p) is not None:
+        fail(f"{p.name} is already running; `sluice status {p.name}`", 1)
+    driver = _launch(p, available_now, master)
+    try:
+        status = supervise.wait_running(p, driver)
+    except supervise.StartFailed as exc:
+        fail(str(exc), 1)
+    console.print(f"started {p.name}: pid {driver.pid}, Spark app {status.app_id}, log {driver.log}")
+
+
+@app.command()
+def stop(
+    spec: SpecArg, timeout: Annotated[float, typer.Option(help="Seconds to wait for the batch in progress.")] = 120
+) -> None:
+    """Stop the stream after the batch in progress commits; supervision will not restart it."""
+    console.print(supervise.stop(_pipeline(spec), stopped_by="sluice stop", timeout=timeout))
+
+
+@app.command()
+def status(spec: SpecArg) -> None:
+    """Is the stream running, how far behind Kafka is it, and what would supervision do?"""
+    p = _pipeline(spec)
+    obs, committed = supervise.observe(p)
+    s = p.spec.supervision
+    verdict = supervise.assess(obs, max_stall=duration_seconds(s.max_stall), max_lag=s.max_lag)
+    st = supervise.Status.read(p.name)
+    table = Table("", "", show_header=False, title=p.name)
+    table.add_row("running", "yes" if obs.alive else "no")
+    table.add_row("wanted", obs.desired or "never started here")
+    table.add_row("job state", f"{obs.state or '-'}" + (f" ({obs.error})" if obs.error else ""))
+    if st:
+        table.add_row("Spark app", f"{st.app_id}  {st.ui or ''}")
+    table.add_row("last committed batch", "none" if committed.batch_id is None else str(committed.batch_id))
+    table.add_row("lag (records)", str(obs.lag))
+    table.add_row("supervision says", f"{verdict.action}: {verdict.reason}")
+    console.print(table)
+    if verdict.action == "unhealthy":
+        raise typer.Exit(1)
+
+
+@app.command()
+def backfill(
+    spec: SpecArg,
+    from_offset: Annotated[int | None, typer.Option(min=0, help="First offset (every partition).")] = None,
+    to_offset: Annotated[int | None, typer.Option(min=0, help="End offset, excluded [default: the end].")] = None,
+    from_time: Annotated[str | None, typer.Option(help="First record time, ISO 8601.")] = None,
+    to_time: Annotated[str | None, typer.Option(help="End time, excluded, ISO 8601.")] = None,
+    master: Annotated[str | None, typer.Option(help="Spark master.")] = None,
+) -> None:
+    """Re-read a range of Kafka into the pipeline's tables (available-now, no duplicates)."""
+    p = _pipeline(spec)
+    try:
+        bf = plan_backfill(p, from_offset=from_offset, to_offset=to_offset, from_time=from_time, to_time=to_time)
+    except BackfillError as exc:
+        fail(str(exc))
+    console.print(f"backfill {bf.id}: {bf.description}, {bf.size} records: {bf.range_json()}")
+    sub = ingest_submission(p.spec_path, pipeline_name=p.name, backfill=(bf.id, bf.range_json()), master=master)
+    code = subprocess.call(sub.command(), env=os.environ | submit_env(sub.master))
+    if code:
+        fail(f"the {p.name} backfill exited with {code}", code)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True}, add_help_option=False)
+def airflow(ctx: typer.Context) -> None:
+    """Run Airflow (its own venv) with Sluice's DAGs and Spark runtime, e.g. `sluice airflow standalone`."""
+    try:
+        binary = airflow_binary()
+    except FileNotFoundError as exc:
+        fail(str(exc))
+    env = os.environ | airflow_env()
+    Path(env["AIRFLOW_HOME"]).mkdir(parents=True, exist_ok=True)
+    os.execve(binary, [str(binary), *ctx.args], env)  # noqa: S606 - becomes the airflow process
+
+
 @app.command()
 def check(
     specs: Annotated[list[str] | None, typer.Argument(help="Specs [default: all in pipelines/].")] = None,
@@ -238,9 +337,9 @@ def audit(spec: SpecArg, last: Annotated[int, typer.Option(help="How many batche
     files = sorted(folder.glob("*.json"))[-last:] if folder.is_dir() else []
     if not files:
         fail(f"no batches recorded yet in {folder}", 1)
-    table = Table("batch", "in", "out", "rows out", "quarantined", "seconds", "written at")
+    table = Table("batch", "in", "out", "rows out", "quarantined", "already present", "seconds", "written at")
     for f in files:
-        a: dict[str, Any] = json.loads(f.read_text())
+        a: dict[str, Any] = {"records_already_present": 0} | json.loads(f.read_text())
         table.add_row(
             *(
                 str(a[k])
@@ -250,6 +349,7 @@ def audit(spec: SpecArg, last: Annotated[int, typer.Option(help="How many batche
                     "records_out",
                     "rows_out",
                     "records_quarantined",
+                    "records_already_present",
                     "seconds",
                     "written_at",
                 )

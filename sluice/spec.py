@@ -49,6 +49,26 @@ class SpecError(ValueError):
         super().__init__(f"{file}: {field}: {message}" if field else f"{file}: {message}")
 
 
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(milliseconds?|ms|seconds?|s|minutes?|min|hours?|h)")
+
+
+def duration_seconds(text: str) -> float:
+    """'10 seconds', '500 ms', '5 minutes', '1h' as seconds."""
+    m = _DURATION.fullmatch(text.strip())
+    if m is None:
+        raise ValueError(f"{text!r} is not a duration such as '30 seconds', '500 milliseconds' or '5 minutes'")
+    unit = m.group(2)
+    if unit.startswith("mil") or unit == "ms":
+        factor = 0.001
+    elif unit.startswith("s"):
+        factor = 1.0
+    elif unit.startswith("m"):
+        factor = 60.0
+    else:
+        factor = 3600.0
+    return float(m.group(1)) * factor
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -181,10 +201,8 @@ class Trigger(_Model):
     @field_validator("processing_time")
     @classmethod
     def _interval(cls, v: str | None) -> str | None:
-        if v is not None and not re.fullmatch(
-            r"\d+(\.\d+)?\s*(milliseconds?|ms|seconds?|s|minutes?|min|hours?|h)", v.strip()
-        ):
-            raise ValueError(f"{v!r} is not an interval such as '10 seconds', '500 milliseconds' or '1 minute'")
+        if v is not None:
+            duration_seconds(v)
         return v
 
     @model_validator(mode="after")
@@ -198,6 +216,33 @@ class Trigger(_Model):
         if self.available_now:
             return {"availableNow": True}
         return {"processingTime": self.processing_time or "10 seconds"}
+
+
+class Supervision(_Model):
+    """What the scheduled supervision run of the pipeline's DAG enforces."""
+
+    #: Cron expression or preset for the supervision run; null for manual runs only.
+    schedule: str | None = "*/5 * * * *"
+    #: The stream is stalled when it is behind the broker and has committed no batch for this long.
+    max_stall: str = "10 minutes"
+    #: Fail when more records than this wait in Kafka (end offsets minus committed offsets).
+    max_lag: PositiveInt | None = None
+
+    @field_validator("max_stall")
+    @classmethod
+    def _stall(cls, v: str) -> str:
+        duration_seconds(v)
+        return v
+
+
+class Maintenance(_Model):
+    """Small-file compaction and clean-up of a Delta table (its maintenance DAG)."""
+
+    schedule: str | None = "@daily"
+    #: OPTIMIZE the date partitions of the last N days (streaming writes many small files there).
+    optimize_days: PositiveInt = 3
+    #: VACUUM keeps files younger than this; Delta's own safety floor is 7 days (168 h).
+    vacuum_retain_hours: int = Field(default=168, ge=168)
 
 
 class PipelineSpec(_Model):
@@ -215,6 +260,8 @@ class PipelineSpec(_Model):
     sink: Sink
     checkpoint: str = Field(min_length=1)
     trigger: Trigger = Trigger()
+    supervision: Supervision = Supervision()
+    maintenance: Maintenance = Maintenance()
 
 
 @dataclass(frozen=True)
@@ -258,6 +305,10 @@ class Pipeline:
     def audit_path(self) -> str:
         """Per-batch counts (records in, rows out, rows quarantined) as JSON files."""
         return self.checkpoint_path.rstrip("/") + "/sluice_audit"
+
+    def backfill_checkpoint_path(self, backfill_id: str) -> str:
+        """Each backfill is its own available-now query, so it has its own checkpoint."""
+        return f"{self.checkpoint_path.rstrip('/')}_backfills/{backfill_id}"
 
     @property
     def quarantine_table(self) -> str:

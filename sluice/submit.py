@@ -12,6 +12,7 @@ import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sluice import config
 
@@ -102,6 +103,17 @@ class Submission:
     jars: list[str] = field(default_factory=list)
     master: str = "local[2]"
 
+    def operator_kwargs(self) -> dict[str, Any]:
+        """The same submission as arguments of the Spark provider's SparkSubmitOperator/Hook
+        (the master comes from the Airflow connection instead)."""
+        return {
+            "application": self.application,
+            "application_args": list(self.application_args),
+            "name": self.name,
+            "conf": dict(self.conf),
+            "jars": ",".join(self.jars) or None,
+        }
+
     def command(self, binary: str | None = None) -> list[str]:
         cmd = [binary or spark_submit_binary(), "--master", self.master, "--name", self.name]
         for key, value in sorted(self.conf.items()):
@@ -116,18 +128,36 @@ def ingest_submission(
     *,
     pipeline_name: str,
     available_now: bool = False,
+    processing_time: str | None = None,
+    backfill: tuple[str, str] | None = None,
     master: str | None = None,
     conf: dict[str, str] | None = None,
 ) -> Submission:
-    """The ingest job for one spec."""
+    """The ingest job for one spec; ``backfill`` is (id, offset ranges as JSON)."""
     args = ["--spec", str(spec_path)]
     if available_now:
         args.append("--available-now")
+    if processing_time:
+        args += ["--processing-time", processing_time]
+    if backfill:
+        args += ["--backfill-id", backfill[0], "--backfill-range", backfill[1]]
     return Submission(
         application=str(JOBS_DIR / "ingest.py"),
         application_args=args,
         name=f"sluice-{pipeline_name}",
         conf=spark_conf(conf),
+        jars=spark_jars(),
+        master=master or default_master(),
+    )
+
+
+def maintenance_submission(spec_path: str | Path, *, pipeline_name: str, master: str | None = None) -> Submission:
+    """OPTIMIZE and VACUUM of one pipeline's Delta tables."""
+    return Submission(
+        application=str(JOBS_DIR / "maintain.py"),
+        application_args=["--spec", str(spec_path)],
+        name=f"sluice-{pipeline_name}-maintenance",
+        conf=spark_conf(),
         jars=spark_jars(),
         master=master or default_master(),
     )

@@ -37,10 +37,45 @@ def create_topics(bootstrap: str, names: list[str], partitions: int = 1, timeout
     return [TopicResult(n, len(md[n].partitions) if n in md else 0, n in created) for n in names]
 
 
+def list_topics(bootstrap: str, timeout: float = 10.0) -> list[str]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    return sorted(t for t in admin.list_topics(timeout=timeout).topics if not t.startswith("__"))
+
+
 def delete_topics(bootstrap: str, names: list[str], timeout: float = 30.0) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for fut in admin.delete_topics(names, operation_timeout=timeout).values():
         fut.result()
+
+
+def watermarks(bootstrap: str, topic: str, timeout: float = 10.0) -> dict[int, tuple[int, int]]:
+    """(first offset still in the log, next offset to be written), per partition."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "sluice-offsets", "enable.auto.commit": False})
+    try:
+        md = consumer.list_topics(topic, timeout=timeout)
+        if topic not in md.topics or md.topics[topic].error is not None:
+            raise KafkaException(f"topic {topic!r} does not exist")
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
+            for p in md.topics[topic].partitions
+        }
+    finally:
+        consumer.close()
+
+
+def offsets_for_time(bootstrap: str, topic: str, epoch_ms: int, timeout: float = 10.0) -> dict[int, int | None]:
+    """Per partition, the first offset whose record timestamp is at or after ``epoch_ms``
+    (None when every record is older)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "sluice-offsets", "enable.auto.commit": False})
+    try:
+        md = consumer.list_topics(topic, timeout=timeout)
+        if topic not in md.topics or md.topics[topic].error is not None:
+            raise KafkaException(f"topic {topic!r} does not exist")
+        wanted = [TopicPartition(topic, p, epoch_ms) for p in md.topics[topic].partitions]
+        found = consumer.offsets_for_times(wanted, timeout=timeout)
+        return {tp.partition: (tp.offset if tp.offset >= 0 else None) for tp in found}
+    finally:
+        consumer.close()
 
 
 def end_offsets(bootstrap: str, topic: str, timeout: float = 10.0) -> dict[int, int]:

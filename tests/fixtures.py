@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
+import subprocess
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -117,3 +120,60 @@ def run_available_now(spark: Any, pipeline: Pipeline) -> None:
 
     error = run(spark, pipeline, available_now=True)
     assert error is None, error
+
+
+class Airflow:
+    """Airflow 3 in its own venv, pointed at the test broker, SLUICE_HOME and Spark runtime."""
+
+    def __init__(self, home: Path) -> None:
+        from sluice.airflow_env import airflow_binary, airflow_env
+
+        self.binary = str(airflow_binary())
+        self.pipelines = home / "pipelines"
+        self.pipelines.mkdir(exist_ok=True)
+        self.env = airflow_env() | {
+            "AIRFLOW_HOME": str(home / "airflow"),
+            "SLUICE_PIPELINES": str(self.pipelines),
+            "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "120",
+        }
+
+    def run(
+        self, *args: str, env: dict[str, str] | None = None, timeout: float = 600
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [self.binary, *args],
+            env=os.environ | self.env | (env or {}),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def python(self, code: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        python = str(Path(self.binary).with_name("python"))
+        return subprocess.run(
+            [python, "-c", code], env=os.environ | self.env | (env or {}), capture_output=True, text=True, timeout=300
+        )
+
+    def dags_test(self, dag_id: str, conf: dict[str, Any] | None = None, env: dict[str, str] | None = None) -> DagTest:
+        """`airflow dags test`: one whole DAG run, in-process, on the real components."""
+        args = ["dags", "test", dag_id]
+        if conf is not None:
+            args += ["-c", json.dumps(conf)]
+        done = self.run(*args, env=env)
+        out = done.stdout + done.stderr
+        m = re.search(r"DagRun Finished: dag_id=\S+ .*?state=(\w+)", out)
+        return DagTest(m.group(1) if m else f"unknown (exit {done.returncode})", out)
+
+
+@dataclass(frozen=True)
+class DagTest:
+    state: str
+    log: str
+
+
+@pytest.fixture(scope="session")
+def airflow(sluice_home: Path, broker: EmbeddedBroker) -> Airflow:
+    af = Airflow(sluice_home)
+    migrated = af.run("db", "migrate", timeout=300)
+    assert migrated.returncode == 0, migrated.stderr[-3000:]
+    return af

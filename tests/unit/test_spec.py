@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.spec import SpecError, all_pipelines, load_pipeline
+from sluice.spec import SpecError, all_pipelines, duration_seconds, load_pipeline
 from tests.conftest import ROOT
 
 GOOD = """
@@ -117,7 +117,7 @@ def test_passthrough_security_options(tmp_path) -> None:
 def test_timezone_and_trigger_checks(tmp_path) -> None:
     with pytest.raises(SpecError, match="date_partition.timezone: .*IANA"):
         load_pipeline(write(tmp_path, GOOD + "date_partition: {timezone: Mars/Olympus}\n"))
-    with pytest.raises(SpecError, match="trigger.processing_time: .*not an interval"):
+    with pytest.raises(SpecError, match="trigger.processing_time: .*not a duration"):
         load_pipeline(write(tmp_path, GOOD + "trigger: {processing_time: soon}\n"))
     with pytest.raises(SpecError, match="trigger: .*not both"):
         load_pipeline(write(tmp_path, GOOD + "trigger: {processing_time: 1 second, available_now: true}\n"))
@@ -142,3 +142,24 @@ def test_missing_schema_and_bad_yaml(tmp_path) -> None:
 def test_unknown_pipeline_name_lists_the_known_ones() -> None:
     with pytest.raises(SpecError, match="known: .*device_signals"):
         load_pipeline("no_such_pipeline")
+
+
+def test_supervision_and_maintenance_settings(tmp_path) -> None:
+    p = load_pipeline(write(tmp_path, GOOD))
+    assert p.spec.supervision.schedule == "*/5 * * * *"
+    assert p.spec.maintenance.vacuum_retain_hours == 168
+    custom = GOOD + "supervision: {schedule: null, max_stall: 90 seconds, max_lag: 5000}\n"
+    s = load_pipeline(write(tmp_path, custom)).spec.supervision
+    assert (s.schedule, duration_seconds(s.max_stall), s.max_lag) == (None, 90.0, 5000)
+    with pytest.raises(SpecError, match="supervision.max_stall: .*not a duration"):
+        load_pipeline(write(tmp_path, GOOD + "supervision: {max_stall: a while}\n"))
+    with pytest.raises(SpecError, match="maintenance.vacuum_retain_hours: .*greater than or equal to 168"):
+        load_pipeline(write(tmp_path, GOOD + "maintenance: {vacuum_retain_hours: 1}\n"))
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("250 ms", 0.25), ("500 milliseconds", 0.5), ("10 seconds", 10), ("2 min", 120), ("5 minutes", 300), ("1h", 3600)],
+)
+def test_durations(text: str, seconds: float) -> None:
+    assert duration_seconds(text) == seconds

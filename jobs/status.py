@@ -1,0 +1,70 @@
+"""The job's own report of its state, read by supervision (see :mod:`sluice.supervise`).
+
+Written to ``$SLUICE_HOME/run/<pipeline>/status.json`` on the driver every second while the
+query runs: a heartbeat (``updated_at``), the Spark application id and UI, the query and
+run ids, and a summary of the last progress event including Kafka's offsets behind latest.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from dataclasses import asdict
+from typing import IO, Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from sluice.supervise import Status, run_dir, write_json
+
+
+class AlreadyRunning(RuntimeError):
+    """Another driver holds this pipeline's run lock: two queries on one checkpoint corrupt it."""
+
+
+def take_lock(name: str, lock_name: str = "job.lock") -> IO[str]:
+    """Hold ``run/<name>/<lock_name>`` for the life of this process (the kernel frees it on any exit)."""
+    path = run_dir(name) / lock_name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = path.open("a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        raise AlreadyRunning(
+            f"{name} is already running (driver pid {handle.read().strip() or '?'}); stop it first"
+        ) from None
+    handle.truncate(0)
+    handle.write(str(os.getpid()))
+    handle.flush()
+    return handle
+
+
+def _progress_summary(progress: dict[str, Any] | None) -> dict[str, Any]:
+    if not progress:
+        return {}
+    return {
+        "batch_id": progress.get("batchId"),
+        "timestamp": progress.get("timestamp"),
+        "input_rows": progress.get("numInputRows"),
+        "rows_per_second": progress.get("processedRowsPerSecond"),
+        "sources": [
+            {"end_offset": s.get("endOffset"), "latest_offset": s.get("latestOffset"), "metrics": s.get("metrics", {})}
+            for s in progress.get("sources", [])
+        ],
+    }
+
+
+class StatusReporter:
+    def __init__(self, spark: SparkSession, name: str, status_name: str | None = None) -> None:
+        sc = spark.sparkContext
+        self.path = run_dir(name) / (status_name or "status.json")
+        self.name, self.app_id, self.ui = name, sc.applicationId, sc.uiWebUrl
+
+    def report(self, state: str, query: StreamingQuery | None = None, error: str | None = None) -> None:
+        status = Status(self.name, state, os.getpid(), time.time(), self.app_id, ui=self.ui, error=error)
+        if query is not None:
+            status.query_id, status.run_id = str(query.id), str(query.runId)
+            status.last_progress = _progress_summary(query.lastProgress)
+        write_json(self.path, asdict(status))

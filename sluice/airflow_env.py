@@ -1,0 +1,71 @@
+"""The environment Airflow runs in: its own virtualenv, this project's DAGs and the Spark runtime.
+
+``sluice airflow ...`` (run from the Spark runtime) execs ``.venv-airflow/bin/airflow`` with
+these variables, so the scheduler's tasks find ``spark-submit``, the Spark runtime's
+Python and the jars, and ``dags/`` is the DAG folder. SQLite and ``$SLUICE_HOME/airflow``
+hold Airflow's state for the embedded default.
+
+The Spark connection (``sluice_spark``) picks the deploy target: ``local[2]`` by default,
+or a standalone cluster with ``SLUICE_SPARK_MASTER=spark://host:7077``. It is provided as
+an ``AIRFLOW_CONN_SLUICE_SPARK`` variable, which Airflow reads before its database.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from sluice import config, submit
+
+CONN_ID = "sluice_spark"
+
+
+def airflow_venv() -> Path:
+    return Path(os.environ.get("SLUICE_AIRFLOW_VENV") or config.PROJECT_ROOT / ".venv-airflow")
+
+
+def airflow_home() -> Path:
+    return Path(os.environ.get("AIRFLOW_HOME") or config.sluice_home() / "airflow")
+
+
+def spark_connection(master: str) -> str:
+    """The connection as JSON; ``host`` holds the whole master URL (local[N] or spark://h:p)."""
+    return json.dumps({"conn_type": "spark", "host": master, "description": "Sluice's Spark deploy target"})
+
+
+def airflow_env(master: str | None = None, port: int | None = None) -> dict[str, str]:
+    """Variables for every Airflow process; computed in the Spark runtime, where pyspark is real."""
+    master = master or submit.default_master()
+    spark_bin = Path(sys.executable).parent
+    env = {
+        "AIRFLOW_HOME": str(airflow_home()),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(config.PROJECT_ROOT / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+        "AIRFLOW__API__HOST": os.environ.get("AIRFLOW__API__HOST", "127.0.0.1"),
+        "AIRFLOW__API__PORT": str(port or os.environ.get("AIRFLOW__API__PORT", "8080")),
+        # New spec files show up within a minute.
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": os.environ.get("AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL", "30"),
+        f"AIRFLOW_CONN_{CONN_ID.upper()}": os.environ.get(f"AIRFLOW_CONN_{CONN_ID.upper()}")
+        or spark_connection(master),
+        # The Spark runtime, seen from Airflow's environment (whose `pyspark` is pyspark-client).
+        "SPARK_HOME": submit.spark_home(),
+        "SLUICE_SPARK_PYTHON": os.environ.get("SLUICE_SPARK_PYTHON") or sys.executable,
+        "SLUICE_HOME": str(config.sluice_home()),
+        "SLUICE_JARS": str(config.jars_dir("spark").parent),
+        "SLUICE_KAFKA_BOOTSTRAP": config.bootstrap_servers(),
+        # airflow first; spark-submit (which the Spark provider looks up on PATH) from the Spark runtime.
+        "PATH": os.pathsep.join([str(airflow_venv() / "bin"), str(spark_bin), os.environ.get("PATH", "")]),
+    }
+    if master.startswith("local"):
+        env["SPARK_LOCAL_IP"] = os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")
+    return env
+
+
+def airflow_binary() -> Path:
+    binary = airflow_venv() / "bin" / "airflow"
+    if not binary.exists():
+        raise FileNotFoundError(f"{binary} not found: run `make setup` (it installs Airflow in its own venv)")
+    return binary

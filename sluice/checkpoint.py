@@ -1,0 +1,63 @@
+"""Read a streaming checkpoint without Spark: what the query has committed, and when.
+
+Spark's Kafka source never commits offsets to Kafka, so the checkpoint is the only record
+of how far a pipeline got. Supervision compares it with the broker's end offsets to
+measure lag, and uses the commit log's times to see whether the query still makes progress.
+Works on checkpoints on the local filesystem (the embedded default, and a driver's disk).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Committed:
+    """The newest batch in the commit log and the source offsets it ended at."""
+
+    batch_id: int | None = None
+    #: topic -> partition -> next offset to read (exclusive end of what is committed)
+    offsets: dict[str, dict[int, int]] = field(default_factory=dict)
+    committed_at: float | None = None  # the commit file's modification time (epoch seconds)
+
+    def lag(self, end_offsets: dict[str, dict[int, int]]) -> int:
+        """Records in Kafka that no committed batch has read yet."""
+        total = 0
+        for topic, ends in end_offsets.items():
+            done = self.offsets.get(topic, {})
+            total += sum(max(0, end - done.get(p, 0)) for p, end in ends.items())
+        return total
+
+
+def local_dir(path: str) -> Path | None:
+    """The checkpoint as a local path, or None if it lives on a remote filesystem."""
+    if path.startswith("file:"):
+        return Path(path.removeprefix("file:").removeprefix("//"))
+    return None if "://" in path else Path(path)
+
+
+def _batch_ids(folder: Path) -> list[int]:
+    if not folder.is_dir():
+        return []
+    return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit())
+
+
+def read_committed(checkpoint: str) -> Committed:
+    """The last committed batch of a local checkpoint (an empty result if none has committed)."""
+    root = local_dir(checkpoint)
+    if root is None:
+        raise ValueError(f"{checkpoint} is not on the local filesystem; read its progress from the job's status")
+    commits = _batch_ids(root / "commits")
+    if not commits:
+        return Committed()
+    last = commits[-1]
+    # offsets/<n>: a version line, the batch metadata, then one JSON line per source.
+    lines = (root / "offsets" / str(last)).read_text(encoding="utf-8").splitlines()
+    offsets: dict[str, dict[int, int]] = {}
+    for line in lines[2:]:
+        if line.startswith("{"):
+            for topic, parts in json.loads(line).items():
+                offsets.setdefault(topic, {}).update({int(p): int(o) for p, o in parts.items()})
+    return Committed(last, offsets, (root / "commits" / str(last)).stat().st_mtime)
