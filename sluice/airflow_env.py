@@ -39,13 +39,17 @@ def airflow_env(master: str | None = None, port: int | None = None) -> dict[str,
     """Variables for every Airflow process; computed in the Spark runtime, where pyspark is real."""
     master = master or submit.default_master()
     spark_bin = Path(sys.executable).parent
+    host = os.environ.get("AIRFLOW__API__HOST", "127.0.0.1")
+    port = port or int(os.environ.get("AIRFLOW__API__PORT", "8080"))
     env = {
         "AIRFLOW_HOME": str(airflow_home()),
         "AIRFLOW__CORE__DAGS_FOLDER": str(config.PROJECT_ROOT / "dags"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
-        "AIRFLOW__API__HOST": os.environ.get("AIRFLOW__API__HOST", "127.0.0.1"),
-        "AIRFLOW__API__PORT": str(port or os.environ.get("AIRFLOW__API__PORT", "8080")),
+        "AIRFLOW__API__HOST": host,
+        "AIRFLOW__API__PORT": str(port),
+        # Task processes report to the API server's execution API: same host and port.
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}/execution/",  # noqa: S104
         # New spec files show up within a minute.
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": os.environ.get("AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL", "30"),
         f"AIRFLOW_CONN_{CONN_ID.upper()}": os.environ.get(f"AIRFLOW_CONN_{CONN_ID.upper()}")

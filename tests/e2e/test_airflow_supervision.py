@@ -101,13 +101,23 @@ def test_start_backfill_kill_supervise_stall_stop(airflow, broker, spark, tmp_pa
     assert "stopped lifecycle gracefully" in run.log
     assert supervise.driver_process(pipeline) is None
     assert supervise.Status.read("lifecycle").state == "stopped"
-    run = airflow.dags_test(dag)
-    assert run.state == "success"
-    assert "stopped on request; not restarting it" in run.log
-    assert supervise.driver_process(pipeline) is None
+    # (the supervision task's own call, in-process: a scheduled run would do exactly this)
+    verdict, _ = supervise.supervise(pipeline, start=lambda: pytest.fail("a stopped stream was restarted"))
+    assert verdict.action == "none" and "stopped on request" in verdict.reason
 
     # Nothing lost, nothing repeated across start, backfill, kill, restart, stall and stop.
     sent = {(r.partition, r.offset) for r in missed + live + later}
     rows = read_table(spark, "delta", pipeline.sink_path).select("_kafka_partition", "_kafka_offset").collect()
     assert len(rows) == len(sent) == 470
     assert {(r[0], r[1]) for r in rows} == sent
+
+    # The maintenance DAG compacts what many one-second batches left behind, rows unchanged.
+    def files() -> int:
+        return spark.sql(f"DESCRIBE DETAIL delta.`{pipeline.sink_path}`").first()["numFiles"]
+
+    before = files()
+    run = airflow.dags_test("sluice_lifecycle_maintenance")
+    assert run.state == "success", run.log[-4000:]
+    assert "OPTIMIZE date >=" in run.log and "VACUUM RETAIN 168 HOURS" in run.log
+    assert files() < before
+    assert read_table(spark, "delta", pipeline.sink_path).count() == 470
