@@ -20,6 +20,18 @@ def test_compose_file_parses_and_every_service_has_an_image() -> None:
     assert services["sluice"]["environment"]["SLUICE_SPARK_MASTER"] == "spark://spark-master:7077"
 
 
+def test_airflow_service_deploys_to_the_cluster() -> None:
+    services = yaml.safe_load((DOCKER / "compose.yaml").read_text())["services"]
+    airflow = services["airflow"]
+    assert airflow["command"] == ["airflow", "standalone"]  # the image's entrypoint is `sluice`
+    assert airflow["environment"]["SLUICE_SPARK_MASTER"] == "spark://spark-master:7077"
+    assert airflow["environment"]["AIRFLOW__API__HOST"] == "0.0.0.0"
+    host_ports = {p.split(":")[0] for s in services.values() for p in s.get("ports", [])}
+    assert len(host_ports) == sum(len(s.get("ports", [])) for s in services.values()), "host ports collide"
+    dockerfile = (DOCKER / "Dockerfile").read_text()
+    assert "SLUICE_AIRFLOW_VENV=/opt/airflow-venv" in dockerfile and "AIRFLOW_VENV=$AIRFLOW_VENV" in dockerfile
+
+
 def test_kafka_image_matches_the_pinned_broker() -> None:
     pinned = re.search(r"<kafka.version>([^<]+)<", (ROOT / "pom.xml").read_text()).group(1)  # type: ignore[union-attr]
     compose = yaml.safe_load((DOCKER / "compose.yaml").read_text())
