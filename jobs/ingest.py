@@ -34,11 +34,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from jobs import hadoopfs
+from jobs import continuous, hadoopfs
 from jobs.backfill import Backfill, drop_present
 from jobs.parse import REASON, flat_rows, parse, quarantine_rows
 from jobs.sinks import BatchSink, DeltaSink, ParquetSink
 from jobs.status import AlreadyRunning, StatusReporter, take_lock
+from sluice.continuous import ContinuousError
 from sluice.spec import Pipeline, SpecError, Trigger, load_pipeline
 
 log = logging.getLogger("sluice.ingest")
@@ -311,8 +312,15 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
     try:
-        error = run(spark, pipeline, available_now=args.available_now, stop=stop, backfill=backfill, reporter=reporter)
-    except CheckpointMismatch as exc:
+        if pipeline.spec.mode == "continuous":
+            if backfill or args.available_now or args.processing_time:
+                raise ContinuousError(
+                    "mode", f"{pipeline.name} is a continuous branch: no backfill or micro-batch trigger"
+                )
+            error = continuous.run(spark, pipeline, stop, reporter)
+        else:
+            error = run(spark, pipeline, args.available_now, stop, backfill, reporter)
+    except (CheckpointMismatch, ContinuousError) as exc:
         if reporter is not None:
             reporter.report("failed", error=str(exc))
         log.error("%s", exc)

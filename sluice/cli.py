@@ -24,10 +24,11 @@ from sluice.airflow_env import airflow_binary, airflow_env
 from sluice.backfill import BackfillError
 from sluice.backfill import plan as plan_backfill
 from sluice.broker import BrokerError, EmbeddedBroker
+from sluice.continuous import ContinuousError
 from sluice.generate import EventGenerator
 from sluice.produce import ProduceError, ProduceReport, read_ndjson, send, synthetic
 from sluice.spec import Pipeline, SpecError, all_pipelines, duration_seconds, load_pipeline
-from sluice.submit import ingest_submission, submit_env
+from sluice.submit import check_continuous_slots, default_master, ingest_submission, submit_env
 from sluice.supervise import Driver
 from sluice.topics import create_topics, end_offsets
 
@@ -211,6 +212,10 @@ def run(
 ) -> None:
     """Submit the ingest job for a spec with spark-submit (as Airflow does) and wait for it."""
     p = _pipeline(spec)
+    try:
+        check_continuous_slots(p, master or default_master())
+    except ContinuousError as exc:
+        fail(str(exc))
     extra = dict(c.split("=", 1) for c in conf or [])
     code = submit_and_wait(p, available_now, master, extra)
     if code:
@@ -240,6 +245,10 @@ def start(
     p = _pipeline(spec)
     if supervise.driver_process(p) is not None:
         fail(f"{p.name} is already running; `sluice status {p.name}`", 1)
+    try:
+        check_continuous_slots(p, master or default_master())
+    except ContinuousError as exc:
+        fail(str(exc))
     driver = _launch(p, available_now, master)
     try:
         status = supervise.wait_running(p, driver)

@@ -30,7 +30,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from sluice import config
 from sluice.airflow_env import CONN_ID
 from sluice.spec import Pipeline, SpecError, load_pipeline
-from sluice.submit import ingest_submission, maintenance_submission, submit_env
+from sluice.submit import check_continuous_slots, ingest_submission, maintenance_submission, submit_env
 
 if TYPE_CHECKING:
     from sluice.supervise import Driver
@@ -50,6 +50,16 @@ def table_asset(pipeline: Pipeline) -> Asset:
 
 def params(pipeline: Pipeline) -> dict[str, Param]:
     """The trigger form. JSON Schema validates each field before a run is created."""
+    if pipeline.spec.mode == "continuous":  # no batches: nothing to backfill, no trigger to pick
+        return {
+            "action": Param(
+                "supervise",
+                enum=[a for a in ACTIONS if a != "backfill"],
+                title="Action",
+                description="supervise: start/restart if needed, fail if stalled. stop: stop the continuous query "
+                "(at least once: records since the last epoch are read again on start).",
+            )
+        }
     default_interval = pipeline.spec.trigger.processing_time or "10 seconds"
     return {
         "action": Param(
@@ -115,14 +125,20 @@ def params(pipeline: Pipeline) -> dict[str, Param]:
 def _doc(pipeline: Pipeline) -> str:
     s = pipeline.spec
     topics = ", ".join(s.source.topics or []) or f"pattern `{s.source.topic_pattern}`"
+    if s.mode == "continuous":
+        interval = s.continuous.checkpoint_interval if s.continuous else "1 second"
+        output = f"| mode | continuous, checkpoint every {interval} |\n| output | `{pipeline.sink_path}` |\n"
+        actions = "**start**, **stop** or **restart**"
+    else:
+        output = f"| table | {s.sink.format} `{pipeline.sink_path}` (partitioned by `{s.date_partition.column}`) |\n"
+        actions = "**start**, **stop**, **restart** or **backfill**"
     return (
         f"### {pipeline.name}\n\n{s.description.strip()}\n\n"
-        f"| | |\n|---|---|\n| spec | `{pipeline.spec_path}` |\n| Kafka topics | {topics} |\n"
-        f"| table | {s.sink.format} `{pipeline.sink_path}` (partitioned by `{s.date_partition.column}`) |\n"
+        f"| | |\n|---|---|\n| spec | `{pipeline.spec_path}` |\n| Kafka topics | {topics} |\n{output}"
         f"| quarantine | `{pipeline.quarantine_path}` |\n| checkpoint | `{pipeline.checkpoint_path}` |\n"
         f"| supervision | every `{s.supervision.schedule}`; stalled after {s.supervision.max_stall}; "
         f"max lag {s.supervision.max_lag or 'unbounded'} |\n\n"
-        "Trigger with a config to **start**, **stop**, **restart** or **backfill**; scheduled runs **supervise**."
+        f"Trigger with a config to {actions}; scheduled runs **supervise**."
     )
 
 
@@ -142,7 +158,10 @@ def _launch(pipeline: Pipeline, trigger: str, processing_time: str | None, launc
 
     from sluice import supervise
 
-    available_now = trigger == "available_now" or (trigger == "spec" and pipeline.spec.trigger.available_now)
+    continuous = pipeline.spec.mode == "continuous"
+    available_now = not continuous and (
+        trigger == "available_now" or (trigger == "spec" and pipeline.spec.trigger.available_now)
+    )
     sub = ingest_submission(
         pipeline.spec_path,
         pipeline_name=pipeline.name,
@@ -154,6 +173,10 @@ def _launch(pipeline: Pipeline, trigger: str, processing_time: str | None, launc
     hook = SparkSubmitHook(conn_id=CONN_ID, **kwargs)
     command = hook._build_spark_submit_command(application)  # the provider's own command line
     _check_spark_runtime()
+    try:
+        check_continuous_slots(pipeline, hook._connection["master"])
+    except ValueError as exc:
+        raise AirflowFailException(str(exc)) from None
     env = submit_env(hook._connection["master"])
     driver = supervise.launch(
         pipeline, command, env, launched_by=launched_by, desired="once" if available_now else "running"
@@ -175,7 +198,7 @@ def control(spec_path: str) -> dict[str, Any] | None:
     who = f"airflow {ctx['dag'].dag_id} {ctx['run_id']}"
 
     def start() -> Driver:
-        return _launch(pipeline, p["trigger"], p.get("processing_time"), who)
+        return _launch(pipeline, p.get("trigger", "spec"), p.get("processing_time"), who)
 
     if action == "backfill":
         try:
@@ -248,7 +271,9 @@ def pipeline_dag(pipeline: Pipeline) -> DAG:
         max_active_runs=1,
         default_args=default_args,
         params=params(pipeline),
-        tags=sorted({"sluice", "stream", s.sink.format, *s.tags}),
+        tags=sorted(
+            {"sluice", "stream", s.sink.format, *s.tags} | ({"continuous"} if s.mode == "continuous" else set())
+        ),
         render_template_as_native_obj=False,
     ) as dag:
 

@@ -37,6 +37,7 @@ from pydantic import (
 )
 
 from sluice import config, eventtime
+from sluice.continuous import MICRO_BATCH_HINT, ContinuousError, check_expression
 from sluice.flatten import METADATA_COLUMNS, FlattenError, FlattenPlan, plan_flatten
 from sluice.schema import Array, SchemaError, Struct, load_schema
 
@@ -183,13 +184,38 @@ class Flatten(_Model):
     keep: list[str] = Field(default_factory=list)
 
 
-class Sink(_Model):
-    """The output table. Delta (default) or Parquet, partitioned by the date column."""
+_TOPIC = r"^[A-Za-z0-9._-]+$"
 
-    format: Literal["delta", "parquet"] = "delta"
-    path: str = Field(min_length=1)
+
+class Sink(_Model):
+    """The output: a table (Delta, the default, or Parquet) partitioned by the date column,
+    or, for continuous branches, a Kafka topic."""
+
+    format: Literal["delta", "parquet", "kafka"] = "delta"
+    path: str | None = Field(default=None, min_length=1)
     #: Where rejected records go, in the same format. Defaults to ``<path>_quarantine``.
     quarantine_path: str | None = None
+    #: Kafka sinks: the topic for output records, and the one for rejected records.
+    topic: str | None = Field(default=None, pattern=_TOPIC)
+    quarantine_topic: str | None = Field(default=None, pattern=_TOPIC)
+    #: Kafka sinks: the brokers to write to [default: the source's].
+    bootstrap_servers: str | None = None
+
+    @model_validator(mode="after")
+    def _target(self) -> Sink:
+        if self.format == "kafka":
+            if not self.topic:
+                raise ValueError("a kafka sink needs 'topic'")
+            if self.path or self.quarantine_path:
+                raise ValueError("a kafka sink writes to 'topic' and 'quarantine_topic', not to a path")
+        else:
+            if not self.path:
+                raise ValueError(f"a {self.format} sink needs 'path'")
+            if self.topic or self.quarantine_topic or self.bootstrap_servers:
+                raise ValueError(
+                    f"'topic', 'quarantine_topic' and 'bootstrap_servers' are for kafka sinks, not {self.format}"
+                )
+        return self
 
 
 class Trigger(_Model):
@@ -245,11 +271,41 @@ class Maintenance(_Model):
     vacuum_retain_hours: int = Field(default=168, ge=168)
 
 
+class Continuous(_Model):
+    """A latency-critical branch in Spark's continuous mode: Kafka in, map-like rules, Kafka out.
+
+    Each good event becomes one verdict record: the chosen ``columns`` plus ``flagged``
+    (true when any rule holds) and ``rules`` (the names of those that hold). Records that
+    cannot be parsed go to the quarantine topic with their reason.
+    """
+
+    #: How often the long-running tasks record their offsets (the at-least-once boundary).
+    checkpoint_interval: str = "1 second"
+    #: Rule name -> SQL boolean over the flattened columns, e.g. ``amount > 2000``.
+    rules: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str] = Field(default_factory=dict)
+    #: Which verdicts to write: only the flagged ones, or one per event.
+    emit: Literal["flagged", "all"] = "flagged"
+    #: Flattened columns copied into each verdict [default: all of them].
+    columns: list[str] = Field(default_factory=list)
+    #: A flattened column used as the output record's Kafka key (keeps an entity on one partition).
+    key: str | None = None
+    #: Optional SQL boolean: events for which it is false are not considered at all.
+    filter: str | None = None
+
+    @field_validator("checkpoint_interval")
+    @classmethod
+    def _interval(cls, v: str) -> str:
+        duration_seconds(v)
+        return v
+
+
 class PipelineSpec(_Model):
     """One pipeline: Kafka topics in, one date-partitioned table (and its quarantine) out."""
 
     name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,62}$")
     description: str = ""
+    #: ``micro_batch`` (tables, exactly once) or ``continuous`` (Kafka to Kafka, milliseconds, at least once).
+    mode: Literal["micro_batch", "continuous"] = "micro_batch"
     owner: str = "data-engineering"
     tags: list[str] = Field(default_factory=list)
     source: Source
@@ -262,6 +318,53 @@ class PipelineSpec(_Model):
     trigger: Trigger = Trigger()
     supervision: Supervision = Supervision()
     maintenance: Maintenance = Maintenance()
+    continuous: Continuous | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stateful_parts(cls, data: Any) -> Any:
+        # Named here, before "extra inputs are not permitted", so the message says why.
+        if isinstance(data, dict) and data.get("mode") == "continuous":
+            for key, what in (
+                ("watermark", "a watermark (event-time state)"),
+                ("deduplicate", "deduplication (state across records)"),
+                ("join", "a join with another stream (state across records)"),
+                ("aggregate", "an aggregation (state across records)"),
+            ):
+                if key in data:
+                    raise ValueError(f"{key}: continuous processing does not support {what}; {MICRO_BATCH_HINT}")
+        return data
+
+    @model_validator(mode="after")
+    def _mode(self) -> PipelineSpec:
+        if self.mode == "micro_batch":
+            if self.sink.format == "kafka":
+                raise ValueError("sink.format kafka is for continuous branches (mode: continuous)")
+            if self.continuous is not None:
+                raise ValueError("the 'continuous' section needs mode: continuous")
+            return self
+        if self.sink.format != "kafka":
+            raise ValueError(
+                f"sink.format {self.sink.format}: a continuous branch writes to Kafka only; table sinks need "
+                f"foreachBatch or the file sink, which continuous processing does not support; {MICRO_BATCH_HINT}"
+            )
+        if self.flatten.explode:
+            raise ValueError(f"flatten.explode: explode turns one record into many rows; {MICRO_BATCH_HINT}")
+        if self.trigger.processing_time or self.trigger.available_now:
+            raise ValueError(
+                "trigger: a continuous branch has no micro-batch trigger; set continuous.checkpoint_interval"
+            )
+        c = self.continuous or Continuous()
+        for field, expr in [
+            ("continuous.filter", c.filter),
+            *((f"continuous.rules.{k}", v) for k, v in c.rules.items()),
+        ]:
+            if expr:
+                try:
+                    check_expression(field, expr)
+                except ContinuousError as exc:
+                    raise ValueError(f"{exc.field}: {exc}") from None
+        return self
 
 
 @dataclass(frozen=True)
@@ -291,11 +394,28 @@ class Pipeline:
 
     @property
     def sink_path(self) -> str:
-        return _under_home(self.spec.sink.path)
+        """Where output goes: a table path, or ``kafka://<brokers>/<topic>`` for Kafka sinks."""
+        sink = self.spec.sink
+        if sink.format == "kafka":
+            return f"kafka://{self.sink_bootstrap}/{sink.topic}"
+        assert sink.path is not None  # checked by Sink
+        return _under_home(sink.path)
 
     @property
     def quarantine_path(self) -> str:
-        return _under_home(self.spec.sink.quarantine_path or self.spec.sink.path.rstrip("/") + "_quarantine")
+        sink = self.spec.sink
+        if sink.format == "kafka":
+            return f"kafka://{self.sink_bootstrap}/{self.quarantine_topic}"
+        assert sink.path is not None
+        return _under_home(sink.quarantine_path or sink.path.rstrip("/") + "_quarantine")
+
+    @property
+    def sink_bootstrap(self) -> str:
+        return self.spec.sink.bootstrap_servers or self.spec.source.bootstrap_servers
+
+    @property
+    def quarantine_topic(self) -> str:
+        return self.spec.sink.quarantine_topic or f"{self.spec.sink.topic}-quarantine"
 
     @property
     def checkpoint_path(self) -> str:
@@ -400,7 +520,22 @@ def parse_pipeline(data: Any, spec_path: Path) -> Pipeline:
         _ = pipeline.plan
     except FlattenError as exc:
         raise SpecError(spec_path, exc.field, str(exc)) from None
+    _check_continuous_columns(pipeline)
     return pipeline
+
+
+def _check_continuous_columns(p: Pipeline) -> None:
+    c = p.spec.continuous
+    if c is None:
+        return
+    names = set(p.plan.names)
+    for i, column in enumerate(c.columns):
+        if column not in names:
+            raise SpecError(
+                p.spec_path, f"continuous.columns[{i}]", f"no column {column!r} (columns: {', '.join(p.plan.names)})"
+            )
+    if c.key and c.key not in names:
+        raise SpecError(p.spec_path, "continuous.key", f"no column {c.key!r} (columns: {', '.join(p.plan.names)})")
 
 
 def _check_event_time(p: Pipeline) -> None:

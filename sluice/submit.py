@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sluice import config
+from sluice.spec import Pipeline
 
 JOBS_DIR = config.PROJECT_ROOT / "jobs"
 
@@ -121,6 +122,17 @@ class Submission:
         if self.jars:
             cmd += ["--jars", ",".join(self.jars)]
         return [*cmd, self.application, *self.application_args]
+
+
+def check_continuous_slots(pipeline: Pipeline, master: str) -> None:
+    """A continuous branch on a local master needs a core per partition (raises ContinuousError)."""
+    if pipeline.spec.mode != "continuous":
+        return
+    from sluice.continuous import precheck
+    from sluice.topics import partition_count
+
+    src = pipeline.spec.source
+    precheck(pipeline.name, sum(partition_count(src.bootstrap_servers, t) for t in src.topics or []), master)
 
 
 def ingest_submission(

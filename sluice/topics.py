@@ -37,6 +37,14 @@ def create_topics(bootstrap: str, names: list[str], partitions: int = 1, timeout
     return [TopicResult(n, len(md[n].partitions) if n in md else 0, n in created) for n in names]
 
 
+def partition_count(bootstrap: str, topic: str, timeout: float = 10.0) -> int:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    md = admin.list_topics(topic, timeout=timeout).topics.get(topic)
+    if md is None or md.error is not None:
+        raise KafkaException(f"topic {topic!r} does not exist")
+    return len(md.partitions)
+
+
 def list_topics(bootstrap: str, timeout: float = 10.0) -> list[str]:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     return sorted(t for t in admin.list_topics(timeout=timeout).topics if not t.startswith("__"))

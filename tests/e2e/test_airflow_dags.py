@@ -59,15 +59,20 @@ def test_every_shipped_spec_yields_its_dags(airflow) -> None:
     for p in pipelines:
         dag = bag["dags"][f"sluice_{p.name}"]
         assert {"sluice", "stream", p.spec.sink.format, *p.spec.tags} <= set(dag["tags"])
+        assert ("continuous" in dag["tags"]) == (p.spec.mode == "continuous")
         assert dag["owner"] == p.spec.owner
         assert set(dag["retries"].values()) == {1}
         assert p.spec.description.strip().splitlines()[0] in dag["doc"]
         assert p.sink_path in dag["doc"]
         assert dag["tasks"] == ["backfill", "control", "plan_backfill", "publish", "route"]
-        assert dag["outlets"] == [f"file://{p.sink_path}"]
+        assert dag["outlets"] == [p.sink_path if p.spec.mode == "continuous" else f"file://{p.sink_path}"]
         assert dag["paused_on_creation"] is not False
         assert dag["max_active_runs"] == 1
         form = dag["params"]
+        if p.spec.mode == "continuous":  # no batches: no backfill, no trigger to choose
+            assert form == {"action": form["action"]}
+            assert form["action"]["enum"] == ["supervise", "start", "stop", "restart"]
+            continue
         assert form["action"]["enum"] == ["supervise", "start", "stop", "restart", "backfill"]
         assert form["trigger"]["enum"] == ["spec", "processing_time", "available_now"]
         assert form["from_offset"]["minimum"] == 0
@@ -91,4 +96,4 @@ def test_an_invalid_spec_shows_up_as_a_failing_tagged_dag(airflow, tmp_path) -> 
     assert {"sluice_payments", "sluice_payments_maintenance", "sluice_broken"} == set(bag["dags"])
     broken = bag["dags"]["sluice_broken"]
     assert "invalid-spec" in broken["tags"]
-    assert "sink.format" in broken["description"] and "'delta' or 'parquet'" in broken["doc"]
+    assert "sink.format" in broken["description"] and "'parquet' or 'kafka'" in broken["doc"]

@@ -68,7 +68,7 @@ def test_environment_interpolation(tmp_path, monkeypatch) -> None:
 @pytest.mark.parametrize(
     ("old", "new", "field", "message"),
     [
-        ("format: delta", "format: csv", "sink.format", "'delta' or 'parquet'"),
+        ("format: delta", "format: csv", "sink.format", "'delta', 'parquet' or 'kafka'"),
         (
             "topics: [device-signals]",
             "topic_pattern: 'dev.*'\n  topics: [x]",

@@ -1,0 +1,105 @@
+"""What a continuous branch may declare: refused early, with the part named and micro-batch suggested."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from sluice import config
+from sluice.continuous import ContinuousError, check_expression, check_slots, explain_spark_error, required_slots
+from sluice.spec import SpecError, load_pipeline
+
+SHIPPED = config.PROJECT_ROOT / "pipelines" / "payments_fraud.yaml"
+
+
+def variant(tmp_path, change) -> str:
+    spec = yaml.safe_load(SHIPPED.read_text())
+    spec["schema"] = str(config.PROJECT_ROOT / "schemas" / "payment" / "v1.json")
+    change(spec)
+    path = tmp_path / "branch.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return str(path)
+
+
+def refused(tmp_path, change) -> str:
+    with pytest.raises(SpecError) as err:
+        load_pipeline(variant(tmp_path, change))
+    return str(err.value)
+
+
+def test_the_shipped_fraud_branch_is_valid() -> None:
+    p = load_pipeline(SHIPPED)
+    assert p.spec.mode == "continuous" and p.spec.sink.format == "kafka"
+    assert list(p.spec.continuous.rules) == ["large_amount", "cross_border_online", "prepaid_gambling"]
+    assert p.sink_path.endswith("/payments-verdicts") and p.quarantine_topic == "payments-verdicts-quarantine"
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        (
+            lambda s: s["continuous"]["rules"].update(burst="count(*) > 3"),
+            "continuous.rules.burst: count() is an aggregation",
+        ),
+        (lambda s: s["continuous"]["rules"].update(avg="amount > AVG(amount)"), "AVG() is an aggregation"),
+        (
+            lambda s: s["continuous"].update(filter="created_at > current_timestamp()"),
+            "continuous.filter: current_timestamp() is a current-time function",
+        ),
+        (lambda s: s["continuous"]["rules"].update(r="rank() over (order by amount) = 1"), "window (OVER"),
+        (lambda s: s["continuous"]["rules"].update(r="size(explode(array(1))) > 0"), "explode() is an explode"),
+        (lambda s: s.update(flatten={"explode": ["x"]}), "flatten.explode: explode turns one record into many rows"),
+        (
+            lambda s: s.update(sink={"format": "delta", "path": "tables/x"}),
+            "sink.format delta: a continuous branch writes to Kafka only",
+        ),
+        (
+            lambda s: s.update(watermark={"column": "created_at", "delay": "1 minute"}),
+            "watermark: continuous processing does not support a watermark",
+        ),
+        (
+            lambda s: s.update(deduplicate=["payment_id"]),
+            "deduplicate: continuous processing does not support deduplication",
+        ),
+        (
+            lambda s: s.update(join={"topic": "cards"}),
+            "join: continuous processing does not support a join with another stream",
+        ),
+        (lambda s: s.update(trigger={"processing_time": "1 second"}), "no micro-batch trigger"),
+        (lambda s: s["continuous"].update(columns=["nope"]), "continuous.columns[0]: no column 'nope'"),
+        (lambda s: s["continuous"].update(key="nope"), "continuous.key: no column 'nope'"),
+        (lambda s: s.update(mode="micro_batch"), "sink.format kafka is for continuous branches"),
+    ],
+)
+def test_what_continuous_mode_cannot_do_is_refused(tmp_path, change, words) -> None:
+    message = refused(tmp_path, change)
+    assert words in message
+    if "columns" not in words and "key" not in words and "kafka is for" not in words and "trigger" not in words:
+        assert "mode: micro_batch" in message  # the way out is always named
+
+
+def test_map_like_expressions_pass() -> None:
+    check_expression("r", "upper(card_country) <> merchant_country AND amount * 1.1 > 2000")
+    check_expression("r", "merchant_category = 'count(*)'")  # inside a string literal: not a call
+    check_expression("r", "coalesce(amount, 0) > 10 AND channel IN ('online', 'atm')")
+    with pytest.raises(ContinuousError):
+        check_expression("r", "sum (amount) > 1")
+
+
+def test_sparks_unsupported_operation_errors_are_translated() -> None:
+    msg = explain_spark_error(
+        "fraud", "[UNSUPPORTED_FEATURE] Continuous processing does not support Aggregate operations."
+    )
+    assert msg is not None and "fraud: continuous processing does not support Aggregate operations" in msg
+    assert "mode: micro_batch" in msg
+    assert explain_spark_error("fraud", "Connection refused") is None
+
+
+def test_task_slots_against_partitions() -> None:
+    assert required_slots("local[4]") == 4
+    assert required_slots("local") == 1
+    assert required_slots("local[*]") >= 1
+    assert required_slots("spark://master:7077") is None
+    check_slots("fraud", partitions=2, slots=2)
+    with pytest.raises(ContinuousError, match=r"6 partitions but Spark offers 2 task slots.*local\[6\]"):
+        check_slots("fraud", partitions=6, slots=2)
