@@ -13,13 +13,14 @@ JARS  := $(SLUICE_JARS)
 UV    := $(BIN)/uv
 MVN   := mvn -q -B
 
-.PHONY: setup demo airflow test lint types unit clean distclean help
+.PHONY: setup demo airflow test lint types unit bench clean distclean help
 
 help:
 	@echo "make demo   set up, then run the device-signal and payment pipelines end to end"
 	@echo "make test   set up, then lint, type-check and run the whole test suite"
 	@echo "make airflow  set up, then start Airflow standalone on http://127.0.0.1:8080 (dags/ as DAG folder)"
 	@echo "make setup  install the Spark runtime (.venv), the Airflow side (.venv-airflow) and the JVM jars"
+	@echo "make bench  latency benchmark: micro-batch vs continuous vs the broker alone (benchmarks/results/)"
 	@echo "make clean  stop the broker and remove local state (tables, checkpoints, broker data)"
 
 setup: $(BIN)/.installed $(AIRFLOW_VENV)/bin/.installed $(JARS)/kafka/.installed $(JARS)/spark/.installed
@@ -60,8 +61,8 @@ airflow: setup
 	$(BIN)/sluice airflow standalone
 
 lint: setup
-	$(BIN)/ruff check sluice jobs dags tests
-	$(BIN)/ruff format --check sluice jobs dags tests
+	$(BIN)/ruff check sluice jobs dags tests benchmarks
+	$(BIN)/ruff format --check sluice jobs dags tests benchmarks
 
 types: setup
 	$(BIN)/mypy
@@ -71,6 +72,9 @@ test: lint types
 
 unit: setup
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+
+bench: setup
+	$(BIN)/python benchmarks/latency.py
 
 clean:
 	-@test -x $(BIN)/sluice && $(BIN)/sluice kafka down >/dev/null 2>&1

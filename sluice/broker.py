@@ -168,7 +168,8 @@ class EmbeddedBroker:
         # Kafka's cluster ids are 16 random bytes in URL-safe base64 without padding.
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
         proc = subprocess.run(
-            self._jvm("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(conf)),
+            # `--cluster-id=`: an id can start with "-", which argparse would take for an option.
+            self._jvm("kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c", str(conf)),
             capture_output=True,
             text=True,
             timeout=120,
