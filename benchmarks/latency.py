@@ -256,52 +256,35 @@ def main() -> int:
         values = verdict_values(pipeline)
 
         for mode in args.modes:
-            if mode == "floor":
-                for rate in args.rates:
-                    run = measure(
-                        broker.bootstrap,
-                        "bench-in",
-                        "bench-in",
-                        "create_time",
-                        "floor (no Spark)",
-                        values,
-                        rate,
-                        args.warmup,
-                        args.measure,
-                    )
-                    runs.append(run)
-                    console.print(run.summary())
-                continue
-            if spark is None:
-                from jobs.session import local_session
+            query = None
+            if mode != "floor":
+                if spark is None:
+                    from jobs.session import local_session
 
-                spark = local_session(
-                    "sluice-bench",
-                    master=f"local[{PARTITIONS}]",
-                    conf={
-                        "spark.ui.enabled": "false",
-                        "spark.sql.streaming.continuous.executorPollIntervalMs": str(args.poll_interval_ms),
-                    },
-                )
-            query = start_query(spark, pipeline, mode, work)
-            try:
+                    spark = local_session(
+                        "sluice-bench",
+                        master=f"local[{PARTITIONS}]",
+                        conf={
+                            "spark.ui.enabled": "false",
+                            "spark.sql.streaming.continuous.executorPollIntervalMs": str(args.poll_interval_ms),
+                        },
+                    )
+                query = start_query(spark, pipeline, mode, work)
                 time.sleep(10)  # the query is planned and its tasks are running
+            # The floor reads the input topic itself, timed by each record's own CreateTime.
+            out_topic, sent_at, label = (
+                ("bench-in", "create_time", "floor (no Spark)") if query is None else ("bench-out", "source", mode)
+            )
+            try:
                 for rate in args.rates:
                     run = measure(
-                        broker.bootstrap,
-                        "bench-in",
-                        "bench-out",
-                        "source",
-                        mode,
-                        values,
-                        rate,
-                        args.warmup,
-                        args.measure,
+                        broker.bootstrap, "bench-in", out_topic, sent_at, label, values, rate, args.warmup, args.measure
                     )
                     runs.append(run)
                     console.print(run.summary())
             finally:
-                query.stop()
+                if query is not None:
+                    query.stop()
     finally:
         if spark is not None:
             spark.stop()

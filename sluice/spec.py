@@ -27,6 +27,7 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -68,6 +69,15 @@ def duration_seconds(text: str) -> float:
     else:
         factor = 3600.0
     return float(m.group(1)) * factor
+
+
+def _duration(v: str) -> str:
+    duration_seconds(v)
+    return v
+
+
+#: A string such as '10 seconds', checked when the spec loads.
+Duration = Annotated[str, AfterValidator(_duration)]
 
 
 class _Model(BaseModel):
@@ -221,15 +231,8 @@ class Sink(_Model):
 class Trigger(_Model):
     """When micro-batches run: every ``processing_time``, or once over what is there."""
 
-    processing_time: str | None = None
+    processing_time: Duration | None = None
     available_now: bool = False
-
-    @field_validator("processing_time")
-    @classmethod
-    def _interval(cls, v: str | None) -> str | None:
-        if v is not None:
-            duration_seconds(v)
-        return v
 
     @model_validator(mode="after")
     def _one(self) -> Trigger:
@@ -250,15 +253,9 @@ class Supervision(_Model):
     #: Cron expression or preset for the supervision run; null for manual runs only.
     schedule: str | None = "*/5 * * * *"
     #: The stream is stalled when it is behind the broker and has committed no batch for this long.
-    max_stall: str = "10 minutes"
+    max_stall: Duration = "10 minutes"
     #: Fail when more records than this wait in Kafka (end offsets minus committed offsets).
     max_lag: PositiveInt | None = None
-
-    @field_validator("max_stall")
-    @classmethod
-    def _stall(cls, v: str) -> str:
-        duration_seconds(v)
-        return v
 
 
 class Maintenance(_Model):
@@ -280,7 +277,7 @@ class Continuous(_Model):
     """
 
     #: How often the long-running tasks record their offsets (the at-least-once boundary).
-    checkpoint_interval: str = "1 second"
+    checkpoint_interval: Duration = "1 second"
     #: Rule name -> SQL boolean over the flattened columns, e.g. ``amount > 2000``.
     rules: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str] = Field(default_factory=dict)
     #: Which verdicts to write: only the flagged ones, or one per event.
@@ -291,12 +288,6 @@ class Continuous(_Model):
     key: str | None = None
     #: Optional SQL boolean: events for which it is false are not considered at all.
     filter: str | None = None
-
-    @field_validator("checkpoint_interval")
-    @classmethod
-    def _interval(cls, v: str) -> str:
-        duration_seconds(v)
-        return v
 
 
 class PipelineSpec(_Model):
