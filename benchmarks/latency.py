@@ -337,11 +337,11 @@ def main() -> int:
 def start_query(spark: Any, pipeline: Any, mode: str, work: Path) -> Any:
     """The branch's own query (jobs.continuous), or the same transformation as micro-batches."""
     from jobs import continuous
-    from jobs.parse import parse
+    from jobs.parse import parse, read_kafka
 
     if mode == "continuous":
         return continuous.start(spark, pipeline)
-    raw = spark.readStream.format("kafka").options(**pipeline.spec.source.spark_options()).load()
+    raw = read_kafka(spark, pipeline)
     return (
         continuous.verdicts(parse(raw, pipeline), pipeline)
         .writeStream.format("kafka")

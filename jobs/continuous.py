@@ -26,13 +26,13 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from jobs.parse import KEY, REASON, parse
+from jobs.parse import KEY, REASON, parse, read_kafka
 from jobs.status import StatusReporter
 from sluice import flatten
 from sluice import quarantine as q
 from sluice.continuous import ContinuousError, check_slots, explain_spark_error
 from sluice.spec import Continuous, Pipeline
-from sluice.topics import create_topics, partition_count
+from sluice.topics import create_topics, total_partitions
 
 log = logging.getLogger("sluice.continuous")
 
@@ -89,7 +89,7 @@ def verdicts(parsed: DataFrame, pipeline: Pipeline) -> DataFrame:
 def start(spark: SparkSession, pipeline: Pipeline) -> StreamingQuery:
     """Check the task slots, then start the continuous query; Spark's refusals become Sluice's message."""
     src = pipeline.spec.source
-    partitions = sum(partition_count(src.bootstrap_servers, t) for t in src.topics or [])
+    partitions = total_partitions(src.bootstrap_servers, src.topics or [])
     check_slots(pipeline.name, partitions, spark.sparkContext.defaultParallelism)
     # The Kafka sink does not create topics, and brokers should not auto-create them.
     for made in create_topics(
@@ -98,7 +98,7 @@ def start(spark: SparkSession, pipeline: Pipeline) -> StreamingQuery:
         if made.created:
             log.info("%s: created topic %s with %d partitions", pipeline.name, made.name, made.partitions)
     c = pipeline.spec.continuous or Continuous()
-    raw = spark.readStream.format("kafka").options(**src.spark_options()).load()
+    raw = read_kafka(spark, pipeline)
     try:
         return (
             verdicts(parse(raw, pipeline), pipeline)

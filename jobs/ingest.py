@@ -36,7 +36,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from jobs import continuous, hadoopfs
 from jobs.backfill import Backfill, drop_present
-from jobs.parse import REASON, flat_rows, parse, quarantine_rows
+from jobs.parse import REASON, flat_rows, parse, quarantine_rows, read_kafka
 from jobs.sinks import BatchSink, DeltaSink, ParquetSink
 from jobs.status import AlreadyRunning, StatusReporter, take_lock
 from sluice.continuous import ContinuousError
@@ -185,14 +185,13 @@ def start(
     spark: SparkSession, pipeline: Pipeline, available_now: bool = False, backfill: Backfill | None = None
 ) -> StreamingQuery:
     """Start the pipeline's streaming query (or one backfill's) and return it."""
-    options = pipeline.spec.source.spark_options()
     if backfill is None:
         check_checkpoint(spark, pipeline)
         trigger = {"availableNow": True} if available_now else pipeline.spec.trigger.spark_kwargs()
-        raw = spark.readStream.format("kafka").options(**options).load()
+        raw = read_kafka(spark, pipeline)
     else:
         pipeline, trigger = for_backfill(pipeline, backfill), {"availableNow": True}
-        raw = spark.readStream.format("kafka").options(**backfill.source_options(options)).load()
+        raw = read_kafka(spark, pipeline, backfill.source_options(pipeline.spec.source.spark_options()))
         raw = raw.filter(backfill.in_range())
     return (
         parse(raw, pipeline)

@@ -23,8 +23,9 @@ REASON = "__reason"
 KEY = "__key"
 
 
-def read_kafka(spark: SparkSession, pipeline: Pipeline) -> DataFrame:
-    return spark.readStream.format("kafka").options(**pipeline.spec.source.spark_options()).load()
+def read_kafka(spark: SparkSession, pipeline: Pipeline, options: dict[str, str] | None = None) -> DataFrame:
+    """The pipeline's Kafka source; ``options`` replace the spec's (a backfill narrows them)."""
+    return spark.readStream.format("kafka").options(**(options or pipeline.spec.source.spark_options())).load()
 
 
 def parse_schema(pipeline: Pipeline) -> StructType:

@@ -129,10 +129,10 @@ def check_continuous_slots(pipeline: Pipeline, master: str) -> None:
     if pipeline.spec.mode != "continuous":
         return
     from sluice.continuous import precheck
-    from sluice.topics import partition_count
+    from sluice.topics import total_partitions
 
     src = pipeline.spec.source
-    precheck(pipeline.name, sum(partition_count(src.bootstrap_servers, t) for t in src.topics or []), master)
+    precheck(pipeline.name, total_partitions(src.bootstrap_servers, src.topics or []), master)
 
 
 def ingest_submission(

@@ -45,6 +45,11 @@ def partition_count(bootstrap: str, topic: str, timeout: float = 10.0) -> int:
     return len(md.partitions)
 
 
+def total_partitions(bootstrap: str, topics: list[str]) -> int:
+    """Partitions across ``topics``: a continuous query runs one long-lived task per partition."""
+    return sum(partition_count(bootstrap, t) for t in topics)
+
+
 def list_topics(bootstrap: str, timeout: float = 10.0) -> list[str]:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     return sorted(t for t in admin.list_topics(timeout=timeout).topics if not t.startswith("__"))

@@ -12,6 +12,7 @@ import pytest
 from confluent_kafka import Consumer
 
 from jobs import continuous
+from jobs.parse import read_kafka
 from sluice.continuous import ContinuousError, explain_spark_error
 from sluice.generate import EventGenerator
 from sluice.produce import send, synthetic
@@ -117,7 +118,7 @@ def test_too_few_task_slots_is_refused_before_it_hangs(spark, broker, tmp_path) 
 
 def test_sparks_own_refusal_is_explained(spark, broker, tmp_path) -> None:
     pipeline, _ = fraud_branch(tmp_path, broker)
-    raw = spark.readStream.format("kafka").options(**pipeline.spec.source.spark_options()).load()
+    raw = read_kafka(spark, pipeline)
     with pytest.raises(Exception) as err:  # an aggregation slipped past the spec (built by hand here)
         raw.groupBy("partition").count().writeStream.format("memory").queryName("agg").outputMode("complete").trigger(
             continuous="1 second"
