@@ -1,20 +1,24 @@
 """End-to-end latency: the same fraud query in micro-batch and in continuous mode, side by side.
 
     .venv/bin/python benchmarks/latency.py                    # rates 100, 1000, 10000 events/s
-    .venv/bin/python benchmarks/latency.py --rates 1000 --measure 20
+    .venv/bin/python benchmarks/latency.py --rates 1000 --measure 20 --partitions 2
 
-One embedded Kafka broker and one local Spark session (local[2], as many slots as the
-input topic has partitions). For each rate, a producer sends payments at that fixed rate
-for ``--warmup`` + ``--measure`` seconds; a consumer reads the verdicts and takes, per
-event, its latency = receive time minus the input record's Kafka CreateTime (set by the
-producer when it sent the event, carried into the verdict as ``source.timestamp``). Only
-events sent during the measurement window count. The query is parse (``from_json``) +
-filter + rule, ``emit: all`` so every event yields a verdict; micro-batch runs with a
-processing-time trigger of 0, continuous with a 1-second checkpoint interval.
+One embedded Kafka broker and one local Spark session (local[2]). For each rate, a producer
+sends payments at that fixed rate for ``--warmup`` + ``--measure`` seconds; a consumer reads
+the verdicts and takes, per event, its latency = receive time minus the input record's Kafka
+CreateTime (set by the producer when it sent the event, carried into the verdict as
+``source.timestamp``). Only events sent during the measurement window count. The verdict's
+own CreateTime (set when Spark's writer sends it) splits that into time spent before the
+writer (``in_spark``) and the hop out through the broker. The query is the continuous
+branch's own (parse with ``from_json`` + filter + rules, ``emit: all`` so every event yields a
+verdict); micro-batch runs the same transformation with a processing-time trigger of 0.
 
 The floor is the same produce-then-consume path through the broker with no Spark between.
 Figures are printed as a table and saved to ``benchmarks/results/latency.json`` and
 ``latency.png`` (CDF per mode at each rate). Nothing here is a pass/fail test.
+
+The warm-up matters: a fresh JVM on two cores spends its first half-minute compiling
+(the C2 compiler thread takes 30-40 % of a core), and latencies measured then are seconds.
 """
 
 from __future__ import annotations
@@ -39,15 +43,17 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 RESULTS = ROOT / "benchmarks" / "results"
-PARTITIONS = 2
 RULES = {
     "large_amount": "amount > 2000",
     "cross_border_online": "channel = 'online' AND card_country <> merchant_country",
 }
-# Low-latency client settings, the same for every mode (librdkafka's defaults wait up to 500 ms for a fetch).
-PRODUCER = {"linger.ms": 0, "acks": 1, "enable.idempotence": False, "socket.nagle.disable": True}
+# Low-latency client settings, the same for every mode. A fetch returns as soon as one record
+# is there (fetch.min.bytes), so a short fetch wait would only burn the broker's CPU. The
+# producer's linger is a flag: with 0, librdkafka sends a request per event, and at 10,000/s
+# this broker then falls a second behind; 1 ms costs the lower rates at most that.
+PRODUCER = {"acks": 1, "enable.idempotence": False, "socket.nagle.disable": True}
 CONSUMER = {
-    "fetch.wait.max.ms": 5,
+    "fetch.wait.max.ms": 100,
     "fetch.min.bytes": 1,
     "socket.nagle.disable": True,
     "auto.offset.reset": "latest",
@@ -67,33 +73,39 @@ class Run:
     rate: int
     sent: int = 0
     received: int = 0
-    seconds: float = 0.0
+    seconds: float = 0.0  # from the first event sent to the end of the drain
+    window_s: float = 0.0  # the measurement window
     latencies_ms: list[float] = field(default_factory=list)
+    in_spark_ms: list[float] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         xs = sorted(self.latencies_ms)
 
-        def pct(p: float) -> float | None:
-            return round(xs[min(len(xs) - 1, int(p * len(xs)))], 2) if xs else None
+        def pct(p: float, values: list[float] = xs) -> float | None:
+            return round(values[min(len(values) - 1, int(p * len(values)))], 2) if values else None
 
         return {
             "mode": self.mode,
             "rate": self.rate,
             "sent": self.sent,
             "measured": len(xs),
+            "kept_up": len(xs) >= 0.99 * self.rate * self.window_s,
             "throughput_per_s": round(self.received / self.seconds, 1) if self.seconds else 0.0,
             "p50_ms": pct(0.50),
             "p95_ms": pct(0.95),
             "p99_ms": pct(0.99),
             "max_ms": round(xs[-1], 2) if xs else None,
+            "in_spark_p50_ms": pct(0.50, sorted(self.in_spark_ms)),
         }
 
 
-def produce_at(bootstrap: str, topic: str, values: list[bytes], rate: int, seconds: float) -> tuple[int, float]:
+def produce_at(
+    bootstrap: str, topic: str, values: list[bytes], rate: int, seconds: float, linger_ms: float
+) -> tuple[int, float]:
     """Send ``rate`` events per second for ``seconds``, paced against the clock; return (sent, start)."""
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER})
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": linger_ms, **PRODUCER})
     total = int(rate * seconds)
     start = time.monotonic()
     started_wall = time.time()
@@ -118,29 +130,38 @@ class Collector(threading.Thread):
         self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex, **CONSUMER})
         self.consumer.subscribe([topic])
         self.sent_at = sent_at  # "create_time": the record's own timestamp; "source": the verdict's source.timestamp
-        self.samples: list[tuple[float, float]] = []
+        self.samples: list[tuple[float, float, float | None]] = []  # (sent at, latency, time before the writer)
+        self.received: list[tuple[float, float, bytes | None]] = []  # (received at, CreateTime, value)
         self.stop = threading.Event()
         self.ready = threading.Event()
 
     def run(self) -> None:
+        # Keep the loop lean (no parsing until the end) so the harness keeps up at 10,000
+        # events/s: wait for one message, then take what else is already there without waiting
+        # (consume() with a timeout would hold a batch back until it is full).
+        received = self.received
         while not self.stop.is_set():
-            msg = self.consumer.poll(0.05)
-            if msg is not None and not self.ready.is_set():
-                self.ready.set()
-            if msg is None:
-                if self.consumer.assignment():
-                    self.ready.set()
-                continue
-            if msg.error() is not None:
-                continue
+            first = self.consumer.poll(0.05)
             now = time.time()
-            if self.sent_at == "create_time":
-                sent = msg.timestamp()[1] / 1000
-            else:
-                ts = json.loads(msg.value())["source"]["timestamp"]
-                sent = datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
-            self.samples.append((sent, (now - sent) * 1000))
+            if first is not None or self.consumer.assignment():
+                self.ready.set()
+            if first is None:
+                continue
+            rest = self.consumer.consume(num_messages=1000, timeout=0)
+            later = time.time()
+            received.extend(
+                (at, m.timestamp()[1] / 1000, m.value())
+                for at, m in [(now, first), *((later, m) for m in rest)]
+                if m.error() is None
+            )
         self.consumer.close()
+        for now, created, value in received:
+            if self.sent_at == "create_time":
+                self.samples.append((created, (now - created) * 1000, None))
+            else:
+                ts = json.loads(value or b"{}")["source"]["timestamp"]
+                sent = datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+                self.samples.append((sent, (now - sent) * 1000, (created - sent) * 1000))
 
 
 def measure(
@@ -153,19 +174,35 @@ def measure(
     rate: int,
     warmup: float,
     seconds: float,
+    linger_ms: float,
 ) -> Run:
     collector = Collector(bootstrap, out_topic, sent_at)
     collector.start()
     collector.ready.wait(30)
     time.sleep(1)
-    sent, started = produce_at(bootstrap, in_topic, values, rate, warmup + seconds)
-    time.sleep(3)  # drain what is still in flight
+    sent, started = produce_at(bootstrap, in_topic, values, rate, warmup + seconds, linger_ms)
+    # Drain: until everything sent came out, nothing more comes for two seconds, or 30 s passed
+    # (a mode that falls behind shows it as a throughput below the rate, and few events measured).
+    seen, quiet_since, drain_end = -1, time.monotonic(), time.monotonic() + 30
+    while len(collector.received) < sent and time.monotonic() - quiet_since < 2 and time.monotonic() < drain_end:
+        if len(collector.received) != seen:
+            seen, quiet_since = len(collector.received), time.monotonic()
+        time.sleep(0.2)
     collector.stop.set()
     collector.join()
+    finished = time.time()
     window = (started + warmup, started + warmup + seconds)
-    inside = [lat for at, lat in collector.samples if window[0] <= at <= window[1]]
-    run = Run(mode, rate, sent=sent, received=len(inside), seconds=seconds, latencies_ms=inside)
-    return run
+    inside = [(lat, spark) for at, lat, spark in collector.samples if window[0] <= at <= window[1]]
+    return Run(
+        mode,
+        rate,
+        sent=sent,
+        received=len(collector.samples),
+        seconds=finished - started,
+        window_s=seconds,
+        latencies_ms=[lat for lat, _ in inside],
+        in_spark_ms=[spark for _, spark in inside if spark is not None],
+    )
 
 
 def verdict_values(pipeline: Any, n: int = 5000) -> list[bytes]:
@@ -202,11 +239,14 @@ def plot(runs: list[Run], path: Path) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rates", type=int, nargs="+", default=[100, 1000, 10000])
-    parser.add_argument("--warmup", type=float, default=5.0)
-    parser.add_argument("--measure", type=float, default=15.0)
+    parser.add_argument("--warmup", type=float, default=30.0, help="seconds sent before measuring, per rate")
+    parser.add_argument("--measure", type=float, default=20.0, help="seconds measured, per rate")
     parser.add_argument("--modes", nargs="+", default=["floor", "continuous", "micro_batch"])
-    parser.add_argument("--fetch-wait-ms", type=int, default=10, help="Spark's Kafka consumer fetch.max.wait.ms")
-    parser.add_argument("--poll-interval-ms", type=int, default=10, help="continuous executorPollIntervalMs")
+    parser.add_argument("--partitions", type=int, default=1, help="partitions of the input topic")
+    parser.add_argument("--checkpoint-interval", default="1 second", help="continuous.checkpoint_interval")
+    parser.add_argument("--fetch-wait-ms", type=int, help="Spark's consumer fetch.max.wait.ms (else the job's default)")
+    parser.add_argument("--linger-ms", type=float, default=1.0, help="the input producer's linger.ms")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="an extra Spark setting")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="sluice-bench-"))
@@ -238,21 +278,21 @@ def main() -> int:
             "source": {
                 "topics": ["bench-in"],
                 "starting_offsets": "latest",
-                "options": {"kafka.fetch.max.wait.ms": str(args.fetch_wait_ms)},
+                "options": {"kafka.fetch.max.wait.ms": str(args.fetch_wait_ms)} if args.fetch_wait_ms else {},
             },
             "schema": str(ROOT / "schemas" / "payment" / "v1.json"),
             "event_time": {"field": "created_at", "format": "iso8601"},
             "sink": {"format": "kafka", "topic": "bench-out"},
             "checkpoint": str(work / "checkpoints" / "bench"),
             "continuous": {
-                "checkpoint_interval": "1 second",
+                "checkpoint_interval": args.checkpoint_interval,
                 "rules": RULES,
                 "emit": "all",
                 "filter": "amount IS NOT NULL",
             },
         }
         pipeline = parse_pipeline(spec, ROOT / "benchmarks" / "bench.yaml")
-        create_topics(broker.bootstrap, ["bench-in", "bench-out", "bench-out-quarantine"], PARTITIONS)
+        create_topics(broker.bootstrap, ["bench-in", "bench-out", "bench-out-quarantine"], args.partitions)
         values = verdict_values(pipeline)
 
         for mode in args.modes:
@@ -263,11 +303,8 @@ def main() -> int:
 
                     spark = local_session(
                         "sluice-bench",
-                        master=f"local[{PARTITIONS}]",
-                        conf={
-                            "spark.ui.enabled": "false",
-                            "spark.sql.streaming.continuous.executorPollIntervalMs": str(args.poll_interval_ms),
-                        },
+                        master=f"local[{max(2, args.partitions)}]",
+                        conf={"spark.ui.enabled": "false"} | dict(c.split("=", 1) for c in args.conf),
                     )
                 query = start_query(spark, pipeline, mode, work)
                 time.sleep(10)  # the query is planned and its tasks are running
@@ -278,7 +315,16 @@ def main() -> int:
             try:
                 for rate in args.rates:
                     run = measure(
-                        broker.bootstrap, "bench-in", out_topic, sent_at, label, values, rate, args.warmup, args.measure
+                        broker.bootstrap,
+                        "bench-in",
+                        out_topic,
+                        sent_at,
+                        label,
+                        values,
+                        rate,
+                        args.warmup,
+                        args.measure,
+                        args.linger_ms,
                     )
                     runs.append(run)
                     console.print(run.summary())
@@ -291,15 +337,24 @@ def main() -> int:
         broker.stop()
         shutil.rmtree(work, ignore_errors=True)
 
-    table = Table("mode", "rate/s", "measured", "throughput/s", "p50 ms", "p95 ms", "p99 ms", "max ms")
+    columns = (
+        "mode",
+        "rate",
+        "measured",
+        "kept_up",
+        "throughput_per_s",
+        "p50_ms",
+        "p95_ms",
+        "p99_ms",
+        "max_ms",
+        "in_spark_p50_ms",
+    )
+    table = Table(
+        "mode", "rate/s", "measured", "kept up", "throughput/s", "p50 ms", "p95 ms", "p99 ms", "max ms", "in Spark p50"
+    )
     for run in runs:
         s = run.summary()
-        table.add_row(
-            *(
-                str(s[k])
-                for k in ("mode", "rate", "measured", "throughput_per_s", "p50_ms", "p95_ms", "p99_ms", "max_ms")
-            )
-        )
+        table.add_row(*(str(s[k]) if s[k] is not None else "" for k in columns))
     console.print(table)
     ratios = {}
     for rate in args.rates:
@@ -316,12 +371,14 @@ def main() -> int:
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {"cores": os.cpu_count(), "python": platform.python_version(), "system": platform.platform()},
         "settings": {
-            "partitions": PARTITIONS,
+            "partitions": args.partitions,
             "warmup_s": args.warmup,
             "measure_s": args.measure,
-            "producer": PRODUCER,
+            "producer": PRODUCER | {"linger.ms": args.linger_ms},
             "consumer": CONSUMER,
-            "checkpoint_interval": "1 second",
+            "checkpoint_interval": args.checkpoint_interval,
+            "spark_fetch_max_wait_ms": args.fetch_wait_ms or continuous_fetch_wait(),
+            "spark_conf": dict(c.split("=", 1) for c in args.conf),
             "micro_batch_trigger": "processingTime=0",
         },
         "summary": [r.summary() for r in runs],
@@ -334,14 +391,21 @@ def main() -> int:
     return 0
 
 
+def continuous_fetch_wait() -> int:
+    from sluice.continuous import SOURCE_DEFAULTS
+
+    return int(SOURCE_DEFAULTS["kafka.fetch.max.wait.ms"])
+
+
 def start_query(spark: Any, pipeline: Any, mode: str, work: Path) -> Any:
     """The branch's own query (jobs.continuous), or the same transformation as micro-batches."""
     from jobs import continuous
     from jobs.parse import parse, read_kafka
+    from sluice.continuous import source_options
 
     if mode == "continuous":
         return continuous.start(spark, pipeline)
-    raw = read_kafka(spark, pipeline)
+    raw = read_kafka(spark, pipeline, source_options(pipeline.spec.source.spark_options()))
     return (
         continuous.verdicts(parse(raw, pipeline), pipeline)
         .writeStream.format("kafka")

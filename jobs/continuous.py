@@ -30,7 +30,7 @@ from jobs.parse import KEY, REASON, parse, read_kafka
 from jobs.status import StatusReporter
 from sluice import flatten
 from sluice import quarantine as q
-from sluice.continuous import ContinuousError, check_slots, explain_spark_error
+from sluice.continuous import ContinuousError, check_slots, explain_spark_error, source_options
 from sluice.spec import Continuous, Pipeline
 from sluice.topics import create_topics, total_partitions
 
@@ -98,7 +98,7 @@ def start(spark: SparkSession, pipeline: Pipeline) -> StreamingQuery:
         if made.created:
             log.info("%s: created topic %s with %d partitions", pipeline.name, made.name, made.partitions)
     c = pipeline.spec.continuous or Continuous()
-    raw = read_kafka(spark, pipeline)
+    raw = read_kafka(spark, pipeline, source_options(pipeline.spec.source.spark_options()))
     try:
         return (
             verdicts(parse(raw, pipeline), pipeline)

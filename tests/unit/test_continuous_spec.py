@@ -6,7 +6,15 @@ import pytest
 import yaml
 
 from sluice import config
-from sluice.continuous import ContinuousError, check_expression, check_slots, explain_spark_error, required_slots
+from sluice.continuous import (
+    SOURCE_DEFAULTS,
+    ContinuousError,
+    check_expression,
+    check_slots,
+    explain_spark_error,
+    required_slots,
+    source_options,
+)
 from sluice.spec import SpecError, load_pipeline
 
 SHIPPED = config.PROJECT_ROOT / "pipelines" / "payments_fraud.yaml"
@@ -103,3 +111,11 @@ def test_task_slots_against_partitions() -> None:
     check_slots("fraud", partitions=2, slots=2)
     with pytest.raises(ContinuousError, match=r"6 partitions but Spark offers 2 task slots.*local\[6\]"):
         check_slots("fraud", partitions=6, slots=2)
+
+
+def test_a_continuous_source_gets_a_short_fetch_wait_unless_the_spec_sets_one() -> None:
+    fraud = load_pipeline(SHIPPED)
+    opts = source_options(fraud.spec.source.spark_options())
+    assert opts["kafka.fetch.max.wait.ms"] == SOURCE_DEFAULTS["kafka.fetch.max.wait.ms"] == "5"
+    assert opts["subscribe"] == "payments"
+    assert source_options({"kafka.fetch.max.wait.ms": "50"})["kafka.fetch.max.wait.ms"] == "50"
