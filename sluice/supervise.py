@@ -110,7 +110,9 @@ def _process(pid: int | None, marker: str) -> psutil.Process | None:
         return None
     try:
         proc = psutil.Process(pid)
-        if proc.status() == psutil.STATUS_ZOMBIE or not any(marker in part for part in proc.cmdline()):
+        if proc.status() == psutil.STATUS_ZOMBIE or not any(
+            os.path.basename(part) == marker for part in proc.cmdline()
+        ):
             return None
         return proc
     except (psutil.NoSuchProcess, psutil.AccessDenied):
