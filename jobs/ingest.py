@@ -34,7 +34,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from jobs import continuous, hadoopfs
+from jobs import continuous, expectations, hadoopfs
 from jobs.backfill import Backfill, drop_present
 from jobs.parse import REASON, flat_rows, parse, quarantine_rows, read_kafka
 from jobs.sinks import BatchSink, DeltaSink, ParquetSink
@@ -59,6 +59,7 @@ class BatchAudit:
     rows_out: int  # differs from records_out only when arrays are exploded
     records_already_present: int = 0  # backfills only: in the range, but already in a table (not counted in)
     offsets: dict[str, dict[str, list[int]]] = field(default_factory=dict)  # topic -> partition -> [first, last]
+    expectations: dict[str, dict[str, Any]] = field(default_factory=dict)  # rule -> action, checked, failed
     seconds: float = 0.0
     written_at: str = ""
 
@@ -89,7 +90,7 @@ class BatchWriter:
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
         out, quarantine = self.sinks()
-        batch = batch.persist(StorageLevel.MEMORY_AND_DISK)
+        batch = expectations.check(batch, self.pipeline).persist(StorageLevel.MEMORY_AND_DISK)
         present = 0
         try:
             if self.backfill is not None:
@@ -100,8 +101,9 @@ class BatchWriter:
                     present = batch.count() - kept.count()
                     batch.unpersist()
                     batch = kept
-            audit = self._count(batch, batch_id)
+            audit, counts = self._count(batch, batch_id)
             audit.records_already_present = present
+            expectations.enforce(batch, self.pipeline, batch_id, counts)
             if audit.records_out:
                 good = flat_rows(batch.filter(F.col(REASON).isNull()), self.pipeline)
                 if self.pipeline.plan.explodes:
@@ -125,11 +127,18 @@ class BatchWriter:
             audit.records_quarantined,
             audit.seconds,
         )
+        if counts:
+            log.info("%s batch %d expectations: %s", self.pipeline.name, batch_id, expectations.summary(counts))
 
-    def _count(self, batch: DataFrame, batch_id: int) -> BatchAudit:
+    def _count(self, batch: DataFrame, batch_id: int) -> tuple[BatchAudit, dict[str, expectations.RuleCount]]:
         rows = (
             batch.groupBy("topic", "partition", F.col(REASON).isNull().alias("ok"))
-            .agg(F.count(F.lit(1)).alias("n"), F.min("offset").alias("first"), F.max("offset").alias("last"))
+            .agg(
+                F.count(F.lit(1)).alias("n"),
+                F.min("offset").alias("first"),
+                F.max("offset").alias("last"),
+                *expectations.count_columns(self.pipeline),
+            )
             .collect()
         )
         audit = BatchAudit(self.pipeline.name, batch_id, 0, 0, 0, 0)
@@ -142,7 +151,9 @@ class BatchWriter:
             span = audit.offsets.setdefault(r["topic"], {}).setdefault(str(r["partition"]), [r["first"], r["last"]])
             span[0], span[1] = min(span[0], r["first"]), max(span[1], r["last"])
         audit.rows_out = audit.records_out
-        return audit
+        counts = expectations.read_counts(self.pipeline, rows)
+        audit.expectations = {name: asdict(c) for name, c in counts.items()}
+        return audit, counts
 
 
 def query_id(spark: SparkSession, pipeline: Pipeline) -> str:

@@ -346,9 +346,24 @@ def audit(spec: SpecArg, last: Annotated[int, typer.Option(help="How many batche
     files = sorted(folder.glob("*.json"))[-last:] if folder.is_dir() else []
     if not files:
         fail(f"no batches recorded yet in {folder}", 1)
-    table = Table("batch", "in", "out", "rows out", "quarantined", "already present", "seconds", "written at")
+    table = Table(
+        "batch",
+        "in",
+        "out",
+        "rows out",
+        "quarantined",
+        "already present",
+        "expectations failed",
+        "seconds",
+        "written at",
+    )
     for f in files:
-        a: dict[str, Any] = {"records_already_present": 0} | json.loads(f.read_text())
+        a: dict[str, Any] = {"records_already_present": 0, "expectations": {}} | json.loads(f.read_text())
+        failed = ", ".join(
+            f"{name} {c['failed']}/{c['checked']} ({c['action']})"
+            for name, c in a["expectations"].items()
+            if c["failed"]
+        )
         table.add_row(
             *(
                 str(a[k])
@@ -359,10 +374,11 @@ def audit(spec: SpecArg, last: Annotated[int, typer.Option(help="How many batche
                     "rows_out",
                     "records_quarantined",
                     "records_already_present",
-                    "seconds",
-                    "written_at",
                 )
-            )
+            ),
+            failed,
+            str(a["seconds"]),
+            str(a["written_at"]),
         )
     console.print(table)
 

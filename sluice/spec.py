@@ -27,9 +27,6 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
     Field,
     PositiveInt,
     ValidationError,
@@ -39,8 +36,12 @@ from pydantic import (
 
 from sluice import config, eventtime
 from sluice.continuous import MICRO_BATCH_HINT, ContinuousError, check_expression
+from sluice.expectations import Expectations
 from sluice.flatten import METADATA_COLUMNS, FlattenError, FlattenPlan, plan_flatten
+from sluice.model import Duration, StrictModel, duration_seconds
 from sluice.schema import Array, SchemaError, Struct, load_schema
+
+__all__ = ["Duration", "Pipeline", "PipelineSpec", "SpecError", "duration_seconds", "load_pipeline"]
 
 
 class SpecError(ValueError):
@@ -49,39 +50,6 @@ class SpecError(ValueError):
     def __init__(self, file: str | Path, field: str, message: str) -> None:
         self.file, self.field, self.message = str(file), field, message
         super().__init__(f"{file}: {field}: {message}" if field else f"{file}: {message}")
-
-
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(milliseconds?|ms|seconds?|s|minutes?|min|hours?|h)")
-
-
-def duration_seconds(text: str) -> float:
-    """'10 seconds', '500 ms', '5 minutes', '1h' as seconds."""
-    m = _DURATION.fullmatch(text.strip())
-    if m is None:
-        raise ValueError(f"{text!r} is not a duration such as '30 seconds', '500 milliseconds' or '5 minutes'")
-    unit = m.group(2)
-    if unit.startswith("mil") or unit == "ms":
-        factor = 0.001
-    elif unit.startswith("s"):
-        factor = 1.0
-    elif unit.startswith("m"):
-        factor = 60.0
-    else:
-        factor = 3600.0
-    return float(m.group(1)) * factor
-
-
-def _duration(v: str) -> str:
-    duration_seconds(v)
-    return v
-
-
-#: A string such as '10 seconds', checked when the spec loads.
-Duration = Annotated[str, AfterValidator(_duration)]
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 # Options the typed fields already cover: they must not be set twice.
@@ -112,7 +80,7 @@ _PASSTHROUGH_SOURCE_OPTIONS = {
 }
 
 
-class Source(_Model):
+class Source(StrictModel):
     """Where events come from: Kafka topics (a list or a pattern) and consumer options."""
 
     bootstrap_servers: str = Field(default_factory=config.bootstrap_servers, min_length=1)
@@ -161,7 +129,7 @@ class Source(_Model):
         return opts | dict(self.options)
 
 
-class EventTime(_Model):
+class EventTime(StrictModel):
     """The field that carries the event's time, and how to read it."""
 
     field: str = Field(min_length=1)
@@ -174,7 +142,7 @@ class EventTime(_Model):
         return v
 
 
-class DatePartition(_Model):
+class DatePartition(StrictModel):
     column: str = Field(default="date", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     timezone: str = "UTC"
 
@@ -185,7 +153,7 @@ class DatePartition(_Model):
         return v
 
 
-class Flatten(_Model):
+class Flatten(StrictModel):
     """Flattening rules; see :mod:`sluice.flatten` for the naming rule."""
 
     separator: str = Field(default="_", pattern=r"^[A-Za-z0-9_]{1,3}$")
@@ -197,7 +165,7 @@ class Flatten(_Model):
 _TOPIC = r"^[A-Za-z0-9._-]+$"
 
 
-class Sink(_Model):
+class Sink(StrictModel):
     """The output: a table (Delta, the default, or Parquet) partitioned by the date column,
     or, for continuous branches, a Kafka topic."""
 
@@ -228,7 +196,7 @@ class Sink(_Model):
         return self
 
 
-class Trigger(_Model):
+class Trigger(StrictModel):
     """When micro-batches run: every ``processing_time``, or once over what is there."""
 
     processing_time: Duration | None = None
@@ -247,7 +215,7 @@ class Trigger(_Model):
         return {"processingTime": self.processing_time or "10 seconds"}
 
 
-class Supervision(_Model):
+class Supervision(StrictModel):
     """What the scheduled supervision run of the pipeline's DAG enforces."""
 
     #: Cron expression or preset for the supervision run; null for manual runs only.
@@ -258,7 +226,7 @@ class Supervision(_Model):
     max_lag: PositiveInt | None = None
 
 
-class Maintenance(_Model):
+class Maintenance(StrictModel):
     """Small-file compaction and clean-up of a Delta table (its maintenance DAG)."""
 
     schedule: str | None = "@daily"
@@ -268,7 +236,7 @@ class Maintenance(_Model):
     vacuum_retain_hours: int = Field(default=168, ge=168)
 
 
-class Continuous(_Model):
+class Continuous(StrictModel):
     """A latency-critical branch in Spark's continuous mode: Kafka in, map-like rules, Kafka out.
 
     Each good event becomes one verdict record: the chosen ``columns`` plus ``flagged``
@@ -290,7 +258,7 @@ class Continuous(_Model):
     filter: str | None = None
 
 
-class PipelineSpec(_Model):
+class PipelineSpec(StrictModel):
     """One pipeline: Kafka topics in, one date-partitioned table (and its quarantine) out."""
 
     name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,62}$")
@@ -310,6 +278,8 @@ class PipelineSpec(_Model):
     supervision: Supervision = Supervision()
     maintenance: Maintenance = Maintenance()
     continuous: Continuous | None = None
+    #: Data-quality rules on the rows (in the stream) and on the table (the validation job).
+    expectations: Expectations = Expectations()
 
     @model_validator(mode="before")
     @classmethod
@@ -512,7 +482,32 @@ def parse_pipeline(data: Any, spec_path: Path) -> Pipeline:
     except FlattenError as exc:
         raise SpecError(spec_path, exc.field, str(exc)) from None
     _check_continuous_columns(pipeline)
+    _check_expectations(pipeline)
     return pipeline
+
+
+def _check_expectations(p: Pipeline) -> None:
+    e = p.spec.expectations
+    if p.spec.mode == "continuous" and (e.rows or e.table):
+        raise SpecError(
+            p.spec_path,
+            "expectations",
+            "a continuous branch writes no table; flag records with continuous.rules, and declare "
+            "expectations on the pipeline that lands the verdicts",
+        )
+    by_name = {c.name: c for c in p.plan.columns}
+    known = ", ".join(p.plan.names)
+    for name, column in [*e.row_columns().items(), *((n, r.unique) for n, r in e.table.items() if r.unique)]:
+        where = f"expectations.{'rows' if name in e.rows else 'table'}.{name}"
+        if column not in by_name:
+            raise SpecError(p.spec_path, where, f"no column {column!r} (columns: {known})")
+        if name in e.rows and "[]" in by_name[column].source:
+            raise SpecError(
+                p.spec_path,
+                where,
+                f"{column!r} comes from an exploded array; row rules check whole records, so use "
+                "a column outside the array",
+            )
 
 
 def _check_continuous_columns(p: Pipeline) -> None:

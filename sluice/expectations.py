@@ -1,0 +1,181 @@
+"""Data-quality expectations, declared with the table in its spec: the one source of truth.
+
+Row rules run inside the ingest job, per micro-batch, as Spark SQL over the flattened
+columns; the validation job checks the same declarations, and the table rules, on the
+written table. Nothing here imports pyspark::
+
+    expectations:
+      rows:
+        payment_id_present: {column: payment_id, not_null: true, action: fail}
+        amount_positive: {column: amount, in_range: {min: 0.01}, action: drop}
+        currency_known: {column: currency, in_set: [EUR, USD, GBP]}        # action: warn
+        card_id_format: {column: card_id, matches: '^card-[0-9]+$'}
+        online_or_domestic: {sql: "channel = 'online' OR card_country = merchant_country"}
+      table:
+        rows_per_date: {row_count: {min: 1, max: 1000000}}
+        one_row_per_payment: {unique: payment_id}
+        fresh: {freshness: 2 hours, severity: warning}
+        known_columns: {no_unexpected_columns: true}
+
+Row actions, as declarative-pipeline products have them: ``warn`` keeps the row and counts
+it, ``drop`` moves the record to the quarantine table with the reason ``expectation failed:
+<name>``, ``fail`` stops the query, naming the rule, the batch and an example record.
+Column rules (``not_null`` aside) pass null values, as Great Expectations does; an ``sql``
+rule fails a row unless its expression is true.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from sluice.flatten import quote
+from sluice.model import Duration, StrictModel
+
+Action = Literal["warn", "drop", "fail"]
+Name = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+#: The quarantine reason of a record a ``drop`` rule removed.
+DROPPED = "expectation failed: "
+
+
+class Range(StrictModel):
+    min: float | None = None
+    max: float | None = None
+    strict_min: bool = False
+    strict_max: bool = False
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Range:
+        if self.min is None and self.max is None:
+            raise ValueError("give min, max or both")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"min {self.min} is above max {self.max}")
+        return self
+
+
+class RowRule(StrictModel):
+    """One check per row; exactly one of the kinds is given."""
+
+    column: str | None = None
+    not_null: bool = False
+    in_range: Range | None = None
+    matches: str | None = Field(default=None, min_length=1)
+    in_set: list[str | int | float | bool] | None = Field(default=None, min_length=1)
+    sql: str | None = Field(default=None, min_length=1)
+    action: Action = "warn"
+
+    @property
+    def kind(self) -> str:
+        return next(k for k in ("not_null", "in_range", "matches", "in_set", "sql") if getattr(self, k))
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> RowRule:
+        kinds = [k for k in ("not_null", "in_range", "matches", "in_set", "sql") if getattr(self, k)]
+        if len(kinds) != 1:
+            found = ", ".join(kinds) or "none"
+            raise ValueError(f"give exactly one of not_null, in_range, matches, in_set, sql (found: {found})")
+        if kinds == ["sql"] and self.column is not None:
+            raise ValueError("an sql rule names its columns in the expression; drop 'column'")
+        if kinds != ["sql"] and not self.column:
+            raise ValueError(f"a {kinds[0]} rule needs a column")
+        if self.matches is not None:
+            try:
+                re.compile(self.matches)
+            except re.error as exc:
+                raise ValueError(f"matches: {self.matches!r} is not a regular expression ({exc})") from None
+        return self
+
+
+class TableRule(StrictModel):
+    """One check on the written table, per date partition; exactly one of the kinds is given."""
+
+    row_count: Range | None = None
+    unique: str | None = None
+    freshness: Duration | None = None
+    no_unexpected_columns: bool = False
+    #: A critical failure fails the validation (and its Airflow task); a warning is reported only.
+    severity: Literal["critical", "warning"] = "critical"
+
+    @property
+    def kind(self) -> str:
+        return next(k for k in ("row_count", "unique", "freshness", "no_unexpected_columns") if getattr(self, k))
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> TableRule:
+        kinds = [k for k in ("row_count", "unique", "freshness", "no_unexpected_columns") if getattr(self, k)]
+        if len(kinds) != 1:
+            found = ", ".join(kinds) or "none"
+            raise ValueError(
+                f"give exactly one of row_count, unique, freshness, no_unexpected_columns (found: {found})"
+            )
+        return self
+
+
+class Expectations(StrictModel):
+    rows: dict[Name, RowRule] = Field(default_factory=dict)
+    table: dict[Name, TableRule] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _distinct_names(self) -> Expectations:
+        both = sorted(set(self.rows) & set(self.table))
+        if both:
+            raise ValueError(f"a name is used by a row rule and a table rule: {', '.join(both)}")
+        return self
+
+    def by_action(self, action: Action) -> list[str]:
+        return [name for name, rule in self.rows.items() if rule.action == action]
+
+    def row_columns(self) -> dict[str, str]:
+        """Rule name -> the column a column rule checks."""
+        return {name: r.column for name, r in self.rows.items() if r.column}
+
+
+def sql_literal(value: str | int | float | bool) -> str:
+    """A Spark SQL literal (string literals unescape backslashes and quotes)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def failing_sql(rule: RowRule) -> str:
+    """A Spark SQL boolean over the flattened columns, true when the row fails the rule."""
+    if rule.sql is not None:
+        return f"NOT coalesce(({rule.sql}), false)"
+    assert rule.column is not None  # checked by the model
+    c = quote(rule.column)
+    if rule.not_null:
+        return f"{c} IS NULL"
+    if rule.in_range is not None:
+        r, bounds = rule.in_range, []
+        if r.min is not None:
+            bounds.append(f"{c} {'>' if r.strict_min else '>='} {r.min!r}")
+        if r.max is not None:
+            bounds.append(f"{c} {'<' if r.strict_max else '<='} {r.max!r}")
+        passes = " AND ".join(bounds)
+    elif rule.matches is not None:
+        passes = f"{c} RLIKE {sql_literal(rule.matches)}"
+    else:
+        assert rule.in_set is not None
+        passes = f"{c} IN ({', '.join(sql_literal(v) for v in rule.in_set)})"
+    return f"{c} IS NOT NULL AND NOT ({passes})"
+
+
+def describe(rule: RowRule) -> str:
+    """The rule in a few words, for tables and messages."""
+    if rule.sql is not None:
+        return rule.sql
+    if rule.not_null:
+        return f"{rule.column} is not null"
+    if rule.in_range is not None:
+        r = rule.in_range
+        lo = f"{r.min} {'<' if r.strict_min else '<='} " if r.min is not None else ""
+        hi = f" {'<' if r.strict_max else '<='} {r.max}" if r.max is not None else ""
+        return f"{lo}{rule.column}{hi}"
+    if rule.matches is not None:
+        return f"{rule.column} matches {rule.matches}"
+    return f"{rule.column} in {rule.in_set}"
