@@ -40,6 +40,14 @@ Name = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 #: The quarantine reason of a record a ``drop`` rule removed.
 DROPPED = "expectation failed: "
 
+ROW_KINDS = ("not_null", "in_range", "matches", "in_set", "sql")
+TABLE_KINDS = ("row_count", "unique", "freshness", "no_unexpected_columns")
+
+
+def _kinds(model: StrictModel, kinds: tuple[str, ...]) -> list[str]:
+    """The kinds a rule sets (the model requires exactly one)."""
+    return [k for k in kinds if getattr(model, k)]
+
 
 class Range(StrictModel):
     min: float | None = None
@@ -69,14 +77,13 @@ class RowRule(StrictModel):
 
     @property
     def kind(self) -> str:
-        return next(k for k in ("not_null", "in_range", "matches", "in_set", "sql") if getattr(self, k))
+        return _kinds(self, ROW_KINDS)[0]
 
     @model_validator(mode="after")
     def _one_kind(self) -> RowRule:
-        kinds = [k for k in ("not_null", "in_range", "matches", "in_set", "sql") if getattr(self, k)]
+        kinds = _kinds(self, ROW_KINDS)
         if len(kinds) != 1:
-            found = ", ".join(kinds) or "none"
-            raise ValueError(f"give exactly one of not_null, in_range, matches, in_set, sql (found: {found})")
+            raise ValueError(f"give exactly one of {', '.join(ROW_KINDS)} (found: {', '.join(kinds) or 'none'})")
         if kinds == ["sql"] and self.column is not None:
             raise ValueError("an sql rule names its columns in the expression; drop 'column'")
         if kinds != ["sql"] and not self.column:
@@ -101,16 +108,13 @@ class TableRule(StrictModel):
 
     @property
     def kind(self) -> str:
-        return next(k for k in ("row_count", "unique", "freshness", "no_unexpected_columns") if getattr(self, k))
+        return _kinds(self, TABLE_KINDS)[0]
 
     @model_validator(mode="after")
     def _one_kind(self) -> TableRule:
-        kinds = [k for k in ("row_count", "unique", "freshness", "no_unexpected_columns") if getattr(self, k)]
+        kinds = _kinds(self, TABLE_KINDS)
         if len(kinds) != 1:
-            found = ", ".join(kinds) or "none"
-            raise ValueError(
-                f"give exactly one of row_count, unique, freshness, no_unexpected_columns (found: {found})"
-            )
+            raise ValueError(f"give exactly one of {', '.join(TABLE_KINDS)} (found: {', '.join(kinds) or 'none'})")
         return self
 
 
