@@ -27,7 +27,7 @@ rule fails a row unless its expression is true.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal, Self
 
 from pydantic import Field, model_validator
 
@@ -40,13 +40,22 @@ Name = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 #: The quarantine reason of a record a ``drop`` rule removed.
 DROPPED = "expectation failed: "
 
-ROW_KINDS = ("not_null", "in_range", "matches", "in_set", "sql")
-TABLE_KINDS = ("row_count", "unique", "freshness", "no_unexpected_columns")
 
+class _OneKind(StrictModel):
+    """A rule that sets exactly one of its ``KINDS``; the subclass's own checks come after."""
 
-def _kinds(model: StrictModel, kinds: tuple[str, ...]) -> list[str]:
-    """The kinds a rule sets (the model requires exactly one)."""
-    return [k for k in kinds if getattr(model, k)]
+    KINDS: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    def kind(self) -> str:
+        return next(k for k in self.KINDS if getattr(self, k))
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Self:
+        kinds = [k for k in self.KINDS if getattr(self, k)]
+        if len(kinds) != 1:
+            raise ValueError(f"give exactly one of {', '.join(self.KINDS)} (found: {', '.join(kinds) or 'none'})")
+        return self
 
 
 class Range(StrictModel):
@@ -64,8 +73,10 @@ class Range(StrictModel):
         return self
 
 
-class RowRule(StrictModel):
+class RowRule(_OneKind):
     """One check per row; exactly one of the kinds is given."""
+
+    KINDS = ("not_null", "in_range", "matches", "in_set", "sql")
 
     column: str | None = None
     not_null: bool = False
@@ -75,19 +86,12 @@ class RowRule(StrictModel):
     sql: str | None = Field(default=None, min_length=1)
     action: Action = "warn"
 
-    @property
-    def kind(self) -> str:
-        return _kinds(self, ROW_KINDS)[0]
-
     @model_validator(mode="after")
-    def _one_kind(self) -> RowRule:
-        kinds = _kinds(self, ROW_KINDS)
-        if len(kinds) != 1:
-            raise ValueError(f"give exactly one of {', '.join(ROW_KINDS)} (found: {', '.join(kinds) or 'none'})")
-        if kinds == ["sql"] and self.column is not None:
+    def _columns(self) -> RowRule:
+        if self.kind == "sql" and self.column is not None:
             raise ValueError("an sql rule names its columns in the expression; drop 'column'")
-        if kinds != ["sql"] and not self.column:
-            raise ValueError(f"a {kinds[0]} rule needs a column")
+        if self.kind != "sql" and not self.column:
+            raise ValueError(f"a {self.kind} rule needs a column")
         if self.matches is not None:
             try:
                 re.compile(self.matches)
@@ -96,8 +100,10 @@ class RowRule(StrictModel):
         return self
 
 
-class TableRule(StrictModel):
+class TableRule(_OneKind):
     """One check on the written table, per date partition; exactly one of the kinds is given."""
+
+    KINDS = ("row_count", "unique", "freshness", "no_unexpected_columns")
 
     row_count: Range | None = None
     unique: str | None = None
@@ -105,17 +111,6 @@ class TableRule(StrictModel):
     no_unexpected_columns: bool = False
     #: A critical failure fails the validation (and its Airflow task); a warning is reported only.
     severity: Literal["critical", "warning"] = "critical"
-
-    @property
-    def kind(self) -> str:
-        return _kinds(self, TABLE_KINDS)[0]
-
-    @model_validator(mode="after")
-    def _one_kind(self) -> TableRule:
-        kinds = _kinds(self, TABLE_KINDS)
-        if len(kinds) != 1:
-            raise ValueError(f"give exactly one of {', '.join(TABLE_KINDS)} (found: {', '.join(kinds) or 'none'})")
-        return self
 
 
 class Expectations(StrictModel):
