@@ -74,7 +74,6 @@ class Run:
     sent: int = 0
     received: int = 0
     seconds: float = 0.0  # from the first event sent to the end of the drain
-    window_s: float = 0.0  # the measurement window
     latencies_ms: list[float] = field(default_factory=list)
     in_spark_ms: list[float] = field(default_factory=list)
 
@@ -199,7 +198,6 @@ def measure(
         sent=sent,
         received=len(collector.samples),
         seconds=finished - started,
-        window_s=seconds,
         latencies_ms=[lat for lat, _ in inside],
         in_spark_ms=[spark for _, spark in inside if spark is not None],
     )
