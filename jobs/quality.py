@@ -41,6 +41,10 @@ def table_columns(pipeline: Pipeline) -> list[str]:
     return [*pipeline.plan.names, *flatten.METADATA_COLUMNS, pipeline.spec.date_partition.column]
 
 
+def local_naive(moment: datetime) -> datetime:
+    return moment.astimezone().replace(tzinfo=None)
+
+
 def row_expectation(name: str, rule: RowRule) -> Any:
     common: dict[str, Any] = {
         "meta": {"sluice_rule": name, "action": rule.action},
@@ -87,7 +91,9 @@ def table_expectation(name: str, rule: TableRule, pipeline: Pipeline, now: datet
         return gxe.ExpectColumnValuesToBeUnique(column=rule.unique, **common)
     if rule.freshness is not None:
         oldest = now.astimezone(UTC) - timedelta(seconds=duration_seconds(rule.freshness))
-        return gxe.ExpectColumnMaxToBeBetween(column=flatten.EVENT_TIME, min_value=oldest, **common)
+        # PySpark hands timestamps to Python as naive local times, and GX compares the
+        # column's max with this bound in Python: give it the same kind of value.
+        return gxe.ExpectColumnMaxToBeBetween(column=flatten.EVENT_TIME, min_value=local_naive(oldest), **common)
     return gxe.ExpectTableColumnsToMatchSet(column_set=table_columns(pipeline), exact_match=True, **common)
 
 

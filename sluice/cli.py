@@ -28,9 +28,16 @@ from sluice.continuous import ContinuousError
 from sluice.generate import EventGenerator
 from sluice.produce import ProduceError, ProduceReport, read_ndjson, send, synthetic
 from sluice.spec import Pipeline, SpecError, all_pipelines, duration_seconds, load_pipeline
-from sluice.submit import check_continuous_slots, default_master, ingest_submission, submit_env
+from sluice.submit import (
+    check_continuous_slots,
+    default_master,
+    ingest_submission,
+    submit_env,
+    validation_submission,
+)
 from sluice.supervise import Driver
 from sluice.topics import create_topics, end_offsets
+from sluice.validation import Report, Selection, new_report_path, read_report
 
 console = Console(highlight=False)
 app = typer.Typer(
@@ -381,6 +388,69 @@ def audit(spec: SpecArg, last: Annotated[int, typer.Option(help="How many batche
             str(a["written_at"]),
         )
     console.print(table)
+
+
+@app.command()
+def validate(
+    spec: SpecArg,
+    date: Annotated[
+        str | None,
+        typer.Option(help="A date (2026-11-20) or a range (2026-11-18..2026-11-20) of date partitions."),
+    ] = None,
+    latest: Annotated[
+        int | None,
+        typer.Option(min=1, help="The newest N date partitions [default: expectations.validation.partitions]."),
+    ] = None,
+    master: Annotated[
+        str | None, typer.Option(help="Spark master [default: $SLUICE_SPARK_MASTER or local[2]].")
+    ] = None,
+) -> None:
+    """Validate the table with Great Expectations; exit 1 when a critical expectation fails."""
+    p = _pipeline(spec)
+    if date and latest:
+        fail("give --date or --latest, not both")
+    try:
+        selection = (
+            Selection.parse(date) if date else Selection(latest=latest or p.spec.expectations.validation.partitions)
+        )
+    except ValueError as exc:
+        fail(str(exc))
+        raise
+    report_path = new_report_path(p.name)
+    sub = validation_submission(
+        p.spec_path, pipeline_name=p.name, dates=str(selection), report=report_path, master=master
+    )
+    code = subprocess.call(sub.command(), env=os.environ | submit_env(sub.master))
+    if code:
+        fail(f"the {p.name} validation job exited with {code}", code)
+    report = read_report(report_path)
+    _print_validation(report)
+    if not report.passed:
+        raise typer.Exit(1)
+
+
+def _print_validation(report: Report) -> None:
+    table = Table(
+        "partition", "expectation", "GX expectation", "severity", "result", "failed", "observed", title=report.suite
+    )
+    for o in report.outcomes:
+        result = (
+            "[green]pass[/]" if o.success else ("[bold red]FAIL[/]" if o.severity == "critical" else "[yellow]warn[/]")
+        )
+        observed = f"error: {o.error}" if o.error else o.observed or ", ".join(o.examples)
+        table.add_row(
+            o.partition,
+            o.rule,
+            o.expectation.removeprefix("expect_"),
+            o.severity,
+            result,
+            "" if o.failed is None else f"{o.failed} of {o.checked}",
+            observed if len(observed) <= 40 else observed[:39] + "…",
+        )
+    console.print(table)
+    summary = report.summary()
+    console.print(summary[0], soft_wrap=True)
+    console.print(summary[-1], soft_wrap=True)
 
 
 @app.command()

@@ -16,6 +16,9 @@ written table. Nothing here imports pyspark::
         one_row_per_payment: {unique: payment_id}
         fresh: {freshness: 2 hours, severity: warning}
         known_columns: {no_unexpected_columns: true}
+      validation:                 # when the data-quality DAG runs Great Expectations
+        schedule: table_updated   # after new batches land (the table's asset); or a cron, or null
+        partitions: 1             # how many of the newest date partitions a scheduled run checks
 
 Row actions, as declarative-pipeline products have them: ``warn`` keeps the row and counts
 it, ``drop`` moves the record to the quarantine table with the reason ``expectation failed:
@@ -29,7 +32,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, ClassVar, Literal, Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, PositiveInt, model_validator
 
 from sluice.flatten import quote
 from sluice.model import Duration, StrictModel
@@ -113,9 +116,24 @@ class TableRule(_OneKind):
     severity: Literal["critical", "warning"] = "critical"
 
 
+class Validation(StrictModel):
+    """When the data-quality DAG validates the written table with Great Expectations."""
+
+    #: ``table_updated``: on the table's Airflow asset, i.e. after new batches landed; or a
+    #: cron expression or preset (``@daily``); null: only when triggered.
+    schedule: str | None = "table_updated"
+    #: A scheduled run validates this many of the newest date partitions.
+    partitions: PositiveInt = 1
+
+
 class Expectations(StrictModel):
     rows: dict[Name, RowRule] = Field(default_factory=dict)
     table: dict[Name, TableRule] = Field(default_factory=dict)
+    validation: Validation = Validation()
+
+    @property
+    def declared(self) -> bool:
+        return bool(self.rows or self.table)
 
     @model_validator(mode="after")
     def _distinct_names(self) -> Expectations:

@@ -488,7 +488,7 @@ def parse_pipeline(data: Any, spec_path: Path) -> Pipeline:
 
 def _check_expectations(p: Pipeline) -> None:
     e = p.spec.expectations
-    if p.spec.mode == "continuous" and (e.rows or e.table):
+    if p.spec.mode == "continuous" and e.declared:
         raise SpecError(
             p.spec_path,
             "expectations",

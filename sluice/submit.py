@@ -173,3 +173,17 @@ def maintenance_submission(spec_path: str | Path, *, pipeline_name: str, master:
         jars=spark_jars(),
         master=master or default_master(),
     )
+
+
+def validation_submission(
+    spec_path: str | Path, *, pipeline_name: str, dates: str, report: str | Path, master: str | None = None
+) -> Submission:
+    """Great Expectations on the table's date partitions (``dates``: see ``Selection.parse``)."""
+    return Submission(
+        application=str(JOBS_DIR / "validate.py"),
+        application_args=["--spec", str(spec_path), "--dates", dates, "--report", str(report)],
+        name=f"sluice-{pipeline_name}-validate",
+        conf=spark_conf(),
+        jars=spark_jars(),
+        master=master or default_master(),
+    )

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import yaml
 
-from jobs.quality import suite, table_columns
+from jobs.quality import local_naive, suite, table_columns
 from sluice import config
 from sluice.spec import load_pipeline
 
@@ -101,7 +101,7 @@ def test_every_declaration_becomes_its_expectation(tmp_path) -> None:
             ),
             (
                 "expect_column_max_to_be_between",
-                {"column": "_event_time", "min_value": datetime(2026, 11, 21, 10, 0, tzinfo=UTC)},
+                {"column": "_event_time", "min_value": local_naive(datetime(2026, 11, 21, 10, 0, tzinfo=UTC))},
                 {"sluice_rule": "fresh"},
                 "critical",
             ),

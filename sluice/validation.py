@@ -1,0 +1,154 @@
+"""Validating a written table, the pure half: which date partitions, and the report.
+
+The validation job (``jobs/validate.py``, Spark and Great Expectations) writes a
+:class:`Report` as JSON; ``sluice validate`` and the data-quality DAG read it and decide
+the same way: a failed critical expectation fails them, a failed warning is reported only.
+Nothing here imports pyspark or GX, so the Airflow side reads reports at no cost.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from sluice import config
+
+_LATEST = re.compile(r"^latest(?::(\d+))?$")
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The date partitions to validate: the newest ``latest`` that exist, or every day from
+    ``start`` to ``end`` (included), empty days too, so a missing day fails a row-count rule."""
+
+    latest: int | None = None
+    start: date | None = None
+    end: date | None = None
+
+    def __post_init__(self) -> None:
+        if (self.latest is None) == (self.start is None or self.end is None):
+            raise ValueError("give either a number of newest partitions or a date range")
+        if self.latest is not None and self.latest < 1:
+            raise ValueError(f"latest must be at least 1 (got {self.latest})")
+        if self.start and self.end and self.start > self.end:
+            raise ValueError(f"the range starts on {self.start} after it ends on {self.end}")
+
+    @classmethod
+    def parse(cls, text: str) -> Selection:
+        """``latest``, ``latest:N``, ``YYYY-MM-DD`` or ``YYYY-MM-DD..YYYY-MM-DD``."""
+        text = text.strip()
+        if m := _LATEST.match(text):
+            return cls(latest=int(m.group(1) or 1))
+        first, sep, last = text.partition("..")
+        try:
+            start = date.fromisoformat(first)
+            end = date.fromisoformat(last) if sep else start
+        except ValueError:
+            raise ValueError(
+                f"{text!r} is not 'latest', 'latest:N', a date (2026-11-20) or a range (2026-11-18..2026-11-20)"
+            ) from None
+        return cls(start=start, end=end)
+
+    def days(self) -> list[date]:
+        """Every day of a range; empty for ``latest``, which depends on the table."""
+        if self.start is None or self.end is None:
+            return []
+        return [self.start + timedelta(days=i) for i in range((self.end - self.start).days + 1)]
+
+    def __str__(self) -> str:
+        if self.latest is not None:
+            return f"latest:{self.latest}"
+        return f"{self.start}" if self.start == self.end else f"{self.start}..{self.end}"
+
+
+class Outcome(BaseModel):
+    """One expectation on one date partition."""
+
+    partition: str
+    rule: str
+    expectation: str
+    severity: str
+    success: bool
+    #: Rows the expectation looked at, and how many failed it (column expectations only).
+    checked: int | None = None
+    failed: int | None = None
+    observed: str | None = None
+    examples: list[str] = []
+    #: Set when GX could not evaluate the expectation (which then counts as failed).
+    error: str | None = None
+
+    def detail(self) -> str:
+        """The evidence in a few words, for tables and logs."""
+        if self.error:
+            return f"error: {self.error}"
+        parts = []
+        if self.failed is not None:
+            parts.append(f"{self.failed} of {self.checked} rows failed")
+        if self.observed is not None:
+            parts.append(f"observed {self.observed}")
+        if self.examples:
+            parts.append(f"e.g. {', '.join(self.examples)}")
+        return "; ".join(parts)
+
+
+class Partition(BaseModel):
+    date: str
+    rows: int
+    success: bool
+    #: The partition's page in the Data Docs.
+    docs: str | None = None
+
+
+class Report(BaseModel):
+    pipeline: str
+    table: str
+    suite: str
+    selection: str
+    validated_at: datetime
+    #: The Data Docs site's index page.
+    docs: str
+    partitions: list[Partition]
+    outcomes: list[Outcome]
+
+    @property
+    def critical_failures(self) -> list[Outcome]:
+        return [o for o in self.outcomes if not o.success and o.severity == "critical"]
+
+    @property
+    def warnings(self) -> list[Outcome]:
+        return [o for o in self.outcomes if not o.success and o.severity != "critical"]
+
+    @property
+    def passed(self) -> bool:
+        return not self.critical_failures
+
+    def summary(self) -> list[str]:
+        """Lines for a log: the verdict, each failed expectation, and where the Data Docs are."""
+        dates = ", ".join(f"{p.date} ({p.rows} rows)" for p in self.partitions) or "none"
+        verdict = "FAILED" if self.critical_failures else "passed"
+        lines = [
+            f"{self.pipeline}: validation {verdict}: {len(self.outcomes)} expectations on partitions {dates}; "
+            f"{len(self.critical_failures)} critical failed, {len(self.warnings)} warnings"
+        ]
+        for label, outcomes in (("CRITICAL", self.critical_failures), ("warning", self.warnings)):
+            lines += [f"  {label} {o.rule} on {o.partition} ({o.expectation}): {o.detail()}" for o in outcomes]
+        lines.append(f"Data Docs: {self.docs}")
+        return lines
+
+
+def quality_home() -> Path:
+    """The Great Expectations stores and Data Docs of every pipeline (one site for all)."""
+    return config.sluice_home() / "quality"
+
+
+def new_report_path(pipeline_name: str, now: datetime | None = None) -> Path:
+    stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%S.%fZ")
+    return quality_home() / "reports" / pipeline_name / f"{stamp}.json"
+
+
+def read_report(path: str | Path) -> Report:
+    return Report.model_validate_json(Path(path).read_text(encoding="utf-8"))

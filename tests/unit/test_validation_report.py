@@ -1,0 +1,89 @@
+"""Which partitions a validation checks, and how its report is judged and told."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
+
+import pytest
+
+from sluice.validation import Outcome, Partition, Report, Selection, read_report
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("latest", Selection(latest=1)),
+        ("latest:3", Selection(latest=3)),
+        ("2026-11-20", Selection(start=date(2026, 11, 20), end=date(2026, 11, 20))),
+        (" 2026-11-18..2026-11-20 ", Selection(start=date(2026, 11, 18), end=date(2026, 11, 20))),
+    ],
+)
+def test_selections_parse_and_print_back(text: str, expected: Selection) -> None:
+    assert Selection.parse(text) == expected
+    assert Selection.parse(str(expected)) == expected
+
+
+def test_a_range_lists_every_day_including_both_ends() -> None:
+    days = Selection.parse("2026-02-27..2026-03-01").days()
+    assert days == [date(2026, 2, 27), date(2026, 2, 28), date(2026, 3, 1)]
+    assert Selection.parse("latest:2").days() == []
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("yesterday", "is not 'latest', 'latest:N', a date"),
+        ("2026-11-20..", "is not 'latest'"),
+        ("2026-11-21..2026-11-20", "starts on 2026-11-21 after it ends on 2026-11-20"),
+        ("latest:0", "at least 1"),
+    ],
+)
+def test_bad_selections_are_refused_with_the_reason(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Selection.parse(text)
+
+
+def outcome(rule: str, severity: str, success: bool, **kw: object) -> Outcome:
+    return Outcome(partition="2026-11-20", rule=rule, expectation="expect_x", severity=severity, success=success, **kw)  # type: ignore[arg-type]
+
+
+def report(*outcomes: Outcome) -> Report:
+    return Report(
+        pipeline="payments",
+        table="/t/payments",
+        suite="sluice.payments",
+        selection="latest:1",
+        validated_at=datetime(2026, 11, 21, tzinfo=UTC),
+        docs="file:///q/index.html",
+        partitions=[Partition(date="2026-11-20", rows=10, success=all(o.success for o in outcomes))],
+        outcomes=list(outcomes),
+    )
+
+
+def test_only_a_failed_critical_expectation_fails_the_report() -> None:
+    warned = report(outcome("a", "critical", True), outcome("b", "warning", False, failed=2, checked=10))
+    assert warned.passed and [o.rule for o in warned.warnings] == ["b"] and not warned.critical_failures
+    failed = report(outcome("a", "critical", False, observed="3"), outcome("b", "warning", False))
+    assert not failed.passed and [o.rule for o in failed.critical_failures] == ["a"]
+
+
+def test_the_summary_names_each_failure_its_evidence_and_the_data_docs() -> None:
+    r = report(
+        outcome("amount_positive", "critical", False, failed=2, checked=10, examples=["-1.0", "0.0"]),
+        outcome("fresh", "warning", False, observed="2026-11-19 10:00:00"),
+        outcome("broken", "critical", False, error="no column x"),
+        outcome("ok", "critical", True),
+    )
+    assert r.summary() == [
+        "payments: validation FAILED: 4 expectations on partitions 2026-11-20 (10 rows); 2 critical failed, 1 warnings",
+        "  CRITICAL amount_positive on 2026-11-20 (expect_x): 2 of 10 rows failed; e.g. -1.0, 0.0",
+        "  CRITICAL broken on 2026-11-20 (expect_x): error: no column x",
+        "  warning fresh on 2026-11-20 (expect_x): observed 2026-11-19 10:00:00",
+        "Data Docs: file:///q/index.html",
+    ]
+
+
+def test_a_report_reads_back_as_written(tmp_path) -> None:
+    r = report(outcome("a", "critical", False, failed=1, checked=3, examples=["x"]))
+    (tmp_path / "r.json").write_text(r.model_dump_json())
+    assert read_report(tmp_path / "r.json") == r
