@@ -6,7 +6,9 @@ import json
 import os
 import subprocess
 import sys
+import time
 
+import psutil
 import pytest
 
 from sluice import supervise
@@ -86,6 +88,10 @@ def test_read_committed_on_an_empty_or_remote_checkpoint(tmp_path) -> None:
 def test_process_identity_guards_against_reused_pids() -> None:
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "ingest.py"])
     try:
+        # Until the child has exec'd, its command line is still this process's (seen on a busy machine).
+        deadline = time.monotonic() + 10
+        while "ingest.py" not in psutil.Process(proc.pid).cmdline() and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert supervise._process(proc.pid, "ingest.py") is not None
         assert supervise._process(proc.pid, "maintain.py") is None
         assert supervise._process(os.getpid(), "ingest.py") is None
