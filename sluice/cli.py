@@ -416,6 +416,13 @@ def validate(
     except ValueError as exc:
         fail(str(exc))
         raise
+    report = _validate(p, selection, master)
+    if not report.passed:
+        raise typer.Exit(1)
+
+
+def _validate(p: Pipeline, selection: Selection, master: str | None = None) -> Report:
+    """Submit the validation job, wait, and print its report."""
     report_path = new_report_path(p.name)
     sub = validation_submission(
         p.spec_path, pipeline_name=p.name, dates=str(selection), report=report_path, master=master
@@ -425,8 +432,7 @@ def validate(
         fail(f"the {p.name} validation job exited with {code}", code)
     report = read_report(report_path)
     _print_validation(report)
-    if not report.passed:
-        raise typer.Exit(1)
+    return report
 
 
 def _print_validation(report: Report) -> None:
@@ -501,7 +507,8 @@ def demo(
 
     Starts Kafka, creates the topics, produces device signals and payments (with a few bad
     records), runs both ingest pipelines with spark-submit until they have caught up,
-    then prints rows per date partition, quarantined records by reason and a query.
+    then prints rows per date partition, quarantined records by reason and a query, and
+    validates the tables that declare expectations with Great Expectations.
     """
     broker = EmbeddedBroker.default()
     try:
@@ -522,6 +529,11 @@ def demo(
             if code:
                 fail(f"the {p.name} job exited with {code}", code)
         _demo_report(pipelines)
+        for p in pipelines:
+            if p.spec.expectations.declared:
+                console.print(f"[bold]5.[/] sluice validate {p.name}: Great Expectations on the newest partition")
+                if not _validate(p, Selection(latest=1)).passed:
+                    fail(f"{p.name}: a critical expectation failed", 1)
     except (BrokerError, ProduceError) as exc:
         fail(str(exc))
     finally:

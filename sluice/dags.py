@@ -8,6 +8,10 @@ held while it runs. The last task publishes the table's Asset when new batches l
 
 Per Delta spec ``sluice_<name>_maintenance``: OPTIMIZE recent partitions, then VACUUM.
 
+Per spec with expectations ``sluice_<name>_quality``: Great Expectations on the newest date
+partitions, on the table's asset (after new batches landed) or a schedule, or on a date
+range from the trigger form. A failed critical expectation fails it; warnings are logged.
+
 Bounded work (backfill, maintenance) runs through the Spark provider's
 ``SparkSubmitOperator``; the long-lived stream is launched with the command the provider's
 ``SparkSubmitHook`` builds from the same connection, then left running. Everything here
@@ -30,7 +34,14 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from sluice import config
 from sluice.airflow_env import CONN_ID
 from sluice.spec import Pipeline, SpecError, load_pipeline
-from sluice.submit import check_continuous_slots, ingest_submission, maintenance_submission, submit_env
+from sluice.submit import (
+    check_continuous_slots,
+    ingest_submission,
+    maintenance_submission,
+    submit_env,
+    validation_submission,
+)
+from sluice.validation import Selection, new_report_path, quality_home, read_report
 
 if TYPE_CHECKING:
     from sluice.supervise import Driver
@@ -338,6 +349,98 @@ def maintenance_dag(pipeline: Pipeline) -> DAG:
     return dag
 
 
+def quality_params(pipeline: Pipeline) -> dict[str, Param]:
+    return {
+        "from_date": Param(
+            None,
+            type=["null", "string"],
+            format="date",
+            title="From date",
+            description="First date partition to validate (included). Empty: the newest partitions.",
+        ),
+        "to_date": Param(
+            None,
+            type=["null", "string"],
+            format="date",
+            title="To date",
+            description="Last date partition (included); every day between is validated, empty ones too. "
+            "Empty: the from date only.",
+        ),
+        "latest": Param(
+            pipeline.spec.expectations.validation.partitions,
+            type="integer",
+            minimum=1,
+            title="Newest partitions",
+            description="Without dates: how many of the newest date partitions to validate.",
+        ),
+    }
+
+
+def validate_table(spec_path: str) -> dict[str, Any]:
+    """Run the validation job through the Spark provider's hook, then judge its report here,
+    on the machine that ran the driver and wrote it."""
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+    p: dict[str, Any] = get_current_context()["params"]
+    pipeline = load_pipeline(spec_path)
+    first, last = p.get("from_date") or p.get("to_date"), p.get("to_date") or p.get("from_date")
+    try:
+        selection = Selection.parse(f"{first}..{last}") if first else Selection(latest=int(p["latest"]))
+    except ValueError as exc:
+        raise AirflowFailException(f"invalid dates: {exc}") from None
+    report_path = new_report_path(pipeline.name)
+    sub = validation_submission(spec_path, pipeline_name=pipeline.name, dates=str(selection), report=report_path)
+    kwargs = sub.operator_kwargs()
+    application = kwargs.pop("application")
+    _check_spark_runtime()
+    SparkSubmitHook(conn_id=CONN_ID, **kwargs).submit(application)  # a crash raises, and is retried
+    report = read_report(report_path)
+    for line in report.summary():
+        log.info("%s", line)
+    if not report.passed:
+        raise AirflowFailException("\n".join(report.summary()))
+    return {
+        "passed": report.passed,
+        "partitions": [part.date for part in report.partitions],
+        "warnings": [f"{o.rule} on {o.partition}" for o in report.warnings],
+        "data_docs": report.docs,
+        "report": str(report_path),
+    }
+
+
+def quality_dag(pipeline: Pipeline) -> DAG:
+    s, spec_path = pipeline.spec, str(pipeline.spec_path)
+    when = s.expectations.validation.schedule
+    schedule: Any = [table_asset(pipeline)] if when == "table_updated" else when
+    docs = quality_home() / "uncommitted" / "data_docs" / "local_site" / "index.html"
+    with DAG(
+        dag_id=f"sluice_{pipeline.name}_quality",
+        description=f"Great Expectations on the newest date partitions of the {pipeline.name} table",
+        doc_md=(
+            f"### {pipeline.name} data quality\n\nValidates the date partitions of `{pipeline.sink_path}` "
+            f"against the {len(s.expectations.rows)} row and {len(s.expectations.table)} table expectations "
+            f"of `{spec_path}`, one Great Expectations batch per partition. Runs "
+            + ("after each update of the table's asset" if when == "table_updated" else f"on `{when}`")
+            + ", or from the trigger form for a date range.\n\nA failed **critical** expectation fails the run, "
+            f"and its log lists each failed expectation; warnings are logged only. Data Docs: `{docs}`."
+        ),
+        schedule=schedule,
+        start_date=START_DATE,
+        catchup=False,
+        max_active_runs=1,
+        default_args={"owner": s.owner, "retries": 1, "retry_delay": timedelta(minutes=1)},
+        params=quality_params(pipeline),
+        tags=sorted({"sluice", "quality", s.sink.format, *s.tags}),
+    ) as dag:
+
+        @task(task_id="validate")
+        def validate() -> dict[str, Any]:
+            return validate_table(spec_path)
+
+        validate()
+    return dag
+
+
 def invalid_spec_dag(spec_file: Path, error: str) -> DAG:
     """A spec that does not validate still shows up, tagged, with its error; its run fails."""
     with DAG(
@@ -371,4 +474,6 @@ def build_dags() -> dict[str, DAG]:
         dags.append(pipeline_dag(pipeline))
         if pipeline.spec.sink.format == "delta":
             dags.append(maintenance_dag(pipeline))
+        if pipeline.spec.expectations.declared:
+            dags.append(quality_dag(pipeline))
     return {d.dag_id: d for d in dags}

@@ -32,10 +32,10 @@ from __future__ import annotations
 import re
 from typing import Annotated, ClassVar, Literal, Self
 
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import AfterValidator, Field, PositiveInt, model_validator
 
 from sluice.flatten import quote
-from sluice.model import Duration, StrictModel
+from sluice.model import Duration, StrictModel, check_schedule
 
 Action = Literal["warn", "drop", "fail"]
 Name = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
@@ -116,12 +116,16 @@ class TableRule(_OneKind):
     severity: Literal["critical", "warning"] = "critical"
 
 
+def _on_update_or_schedule(v: str) -> str:
+    return v if v == "table_updated" else check_schedule(v)
+
+
 class Validation(StrictModel):
     """When the data-quality DAG validates the written table with Great Expectations."""
 
     #: ``table_updated``: on the table's Airflow asset, i.e. after new batches landed; or a
     #: cron expression or preset (``@daily``); null: only when triggered.
-    schedule: str | None = "table_updated"
+    schedule: Annotated[str, AfterValidator(_on_update_or_schedule)] | None = "table_updated"
     #: A scheduled run validates this many of the newest date partitions.
     partitions: PositiveInt = 1
 

@@ -38,5 +38,22 @@ def _duration(v: str) -> str:
 Duration = Annotated[str, AfterValidator(_duration)]
 
 
+#: Airflow's presets; anything else must look like a cron expression of 5 (or 6) fields.
+SCHEDULE_PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
+_CRON_FIELD = re.compile(r"[0-9A-Za-z*/,?#-]+")
+
+
+def check_schedule(v: str) -> str:
+    # Checked here, so a typo makes one spec invalid instead of failing the whole DAG file.
+    fields = v.split()
+    if v in SCHEDULE_PRESETS or (len(fields) in (5, 6) and all(_CRON_FIELD.fullmatch(f) for f in fields)):
+        return v
+    raise ValueError(f"{v!r} is not a cron expression such as '*/5 * * * *' or one of {', '.join(SCHEDULE_PRESETS)}")
+
+
+#: An Airflow schedule: a cron expression or a preset.
+Schedule = Annotated[str, AfterValidator(check_schedule)]
+
+
 class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)

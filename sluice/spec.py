@@ -38,7 +38,7 @@ from sluice import config, eventtime
 from sluice.continuous import MICRO_BATCH_HINT, ContinuousError, check_expression
 from sluice.expectations import Expectations
 from sluice.flatten import METADATA_COLUMNS, FlattenError, FlattenPlan, plan_flatten
-from sluice.model import Duration, StrictModel, duration_seconds
+from sluice.model import Duration, Schedule, StrictModel, duration_seconds
 from sluice.schema import Array, SchemaError, Struct, load_schema
 
 __all__ = ["Duration", "Pipeline", "PipelineSpec", "SpecError", "duration_seconds", "load_pipeline"]
@@ -219,7 +219,7 @@ class Supervision(StrictModel):
     """What the scheduled supervision run of the pipeline's DAG enforces."""
 
     #: Cron expression or preset for the supervision run; null for manual runs only.
-    schedule: str | None = "*/5 * * * *"
+    schedule: Schedule | None = "*/5 * * * *"
     #: The stream is stalled when it is behind the broker and has committed no batch for this long.
     max_stall: Duration = "10 minutes"
     #: Fail when more records than this wait in Kafka (end offsets minus committed offsets).
@@ -229,7 +229,7 @@ class Supervision(StrictModel):
 class Maintenance(StrictModel):
     """Small-file compaction and clean-up of a Delta table (its maintenance DAG)."""
 
-    schedule: str | None = "@daily"
+    schedule: Schedule | None = "@daily"
     #: OPTIMIZE the date partitions of the last N days (streaming writes many small files there).
     optimize_days: PositiveInt = 3
     #: VACUUM keeps files younger than this; Delta's own safety floor is 7 days (168 h).

@@ -31,6 +31,7 @@ print("DAGBAG=" + json.dumps({
             "outlets": sorted(a.uri for t in d.tasks for a in t.outlets),
             "paused_on_creation": d.is_paused_upon_creation,
             "max_active_runs": d.max_active_runs,
+            "asset_schedule": sorted(a.name for a in getattr(getattr(d.timetable, "asset_condition", None), "objects", ())),
         }
         for d in bag.dags.values()
     },
@@ -52,10 +53,13 @@ def test_every_shipped_spec_yields_its_dags(airflow) -> None:
     print(f"\ndags/ parse time (DagBag file stats): {bag['parse_seconds']:.3f}s for {len(bag['dags'])} DAGs")
 
     pipelines = all_pipelines()
-    expected = {f"sluice_{p.name}" for p in pipelines} | {
-        f"sluice_{p.name}_maintenance" for p in pipelines if p.spec.sink.format == "delta"
-    }
+    expected = (
+        {f"sluice_{p.name}" for p in pipelines}
+        | {f"sluice_{p.name}_maintenance" for p in pipelines if p.spec.sink.format == "delta"}
+        | {f"sluice_{p.name}_quality" for p in pipelines if p.spec.expectations.declared}
+    )
     assert set(bag["dags"]) == expected
+    assert "sluice_payments_quality" in expected
     for p in pipelines:
         dag = bag["dags"][f"sluice_{p.name}"]
         assert {"sluice", "stream", p.spec.sink.format, *p.spec.tags} <= set(dag["tags"])
@@ -78,6 +82,14 @@ def test_every_shipped_spec_yields_its_dags(airflow) -> None:
         assert form["from_offset"]["minimum"] == 0
         assert form["from_time"]["format"] == "date-time"
         assert "pattern" in form["processing_time"]
+        if p.spec.expectations.declared:
+            quality = bag["dags"][f"sluice_{p.name}_quality"]
+            assert {"sluice", "quality", p.spec.sink.format} <= set(quality["tags"])
+            assert quality["tasks"] == ["validate"] and quality["max_active_runs"] == 1
+            assert quality["asset_schedule"] == [f"sluice.{p.name}"]  # runs when new batches landed
+            assert quality["params"]["from_date"]["format"] == "date"
+            assert quality["params"]["latest"]["minimum"] == 1
+            assert "critical" in quality["doc"] and "data_docs/local_site/index.html" in quality["doc"]
     for name, dag in bag["dags"].items():
         assert dag["retries"] and all(r >= 0 for r in dag["retries"].values()), name
         assert dag["doc"] and dag["description"], name
@@ -93,7 +105,9 @@ def test_an_invalid_spec_shows_up_as_a_failing_tagged_dag(airflow, tmp_path) -> 
     )
     bag = dagbag(airflow, SLUICE_PIPELINES=str(folder))
     assert bag["errors"] == {}
-    assert {"sluice_payments", "sluice_payments_maintenance", "sluice_broken"} == set(bag["dags"])
+    assert {"sluice_payments", "sluice_payments_maintenance", "sluice_payments_quality", "sluice_broken"} == set(
+        bag["dags"]
+    )
     broken = bag["dags"]["sluice_broken"]
     assert "invalid-spec" in broken["tags"]
     assert "sink.format" in broken["description"] and "'parquet' or 'kafka'" in broken["doc"]

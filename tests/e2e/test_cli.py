@@ -39,6 +39,7 @@ def test_help_on_every_command() -> None:
         ["sql", "--help"],
         ["demo", "--help"],
         ["audit", "--help"],
+        ["validate", "--help"],
     ):
         result = sluice(*cmd)
         assert result.returncode == 0 and "Usage" in result.stdout, (cmd, result.stderr)

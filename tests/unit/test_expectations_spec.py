@@ -116,3 +116,15 @@ def test_declarations_read_back_by_action() -> None:
     assert e.row_columns() == {"a": "x", "b": "y"}
     assert e.table["fresh"].kind == "freshness" and e.rows["b"].kind == "in_set"
     assert describe(e.rows["b"]) == "y in [1, 2]" and describe(e.rows["c"]) == "x > y"
+
+
+def test_validation_runs_when_the_table_updates_unless_told_otherwise(tmp_path) -> None:
+    rows = {"rows": {"has_currency": {"column": "currency", "not_null": True}}}
+    default = load_pipeline(with_expectations(tmp_path, rows)).spec.expectations.validation
+    assert (default.schedule, default.partitions) == ("table_updated", 1)
+    daily = load_pipeline(with_expectations(tmp_path, rows | {"validation": {"schedule": "@daily", "partitions": 3}}))
+    assert daily.spec.expectations.validation.schedule == "@daily"
+    assert not Expectations().declared and daily.spec.expectations.declared
+    for bad, message in (({"schedule": "when new data"}, "not a cron expression"), ({"partitions": 0}, "greater than")):
+        with pytest.raises(SpecError, match=f"expectations.validation.*{message}"):
+            load_pipeline(with_expectations(tmp_path, rows | {"validation": bad}))

@@ -157,6 +157,21 @@ def test_supervision_and_maintenance_settings(tmp_path) -> None:
         load_pipeline(write(tmp_path, GOOD + "maintenance: {vacuum_retain_hours: 1}\n"))
 
 
+@pytest.mark.parametrize("schedule", ["*/5 * * * *", "0 3 * * MON-FRI", "@hourly", "@daily", "0 0 1 */3 * 30"])
+def test_schedules_that_airflow_accepts(tmp_path, schedule: str) -> None:
+    p = load_pipeline(write(tmp_path, GOOD + f"maintenance: {{schedule: '{schedule}'}}\n"))
+    assert p.spec.maintenance.schedule == schedule
+
+
+@pytest.mark.parametrize(
+    ("section", "schedule"),
+    [("supervision", "every 5 minutes"), ("maintenance", "@nightly"), ("maintenance", "* * *")],
+)
+def test_a_bad_schedule_is_a_spec_error_not_a_broken_dag_file(tmp_path, section: str, schedule: str) -> None:
+    with pytest.raises(SpecError, match=f"{section}.schedule: .*not a cron expression such as"):
+        load_pipeline(write(tmp_path, GOOD + f"{section}: {{schedule: '{schedule}'}}\n"))
+
+
 @pytest.mark.parametrize(
     ("text", "seconds"),
     [("250 ms", 0.25), ("500 milliseconds", 0.5), ("10 seconds", 10), ("2 min", 120), ("5 minutes", 300), ("1h", 3600)],
