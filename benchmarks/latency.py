@@ -28,9 +28,7 @@ import json
 import os
 import platform
 import shutil
-import socket
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -39,10 +37,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from harness import RESULTS, ROOT, isolated_home
 
-RESULTS = ROOT / "benchmarks" / "results"
 RULES = {
     "large_amount": "amount > 2000",
     "cross_border_online": "channel = 'online' AND card_country <> merchant_country",
@@ -59,12 +55,6 @@ CONSUMER = {
     "auto.offset.reset": "latest",
     "enable.auto.commit": False,
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -253,16 +243,7 @@ def main() -> int:
         report(json.loads((RESULTS / "latency-raw.json").read_text()), Console(width=150))
         return 0
 
-    work = Path(tempfile.mkdtemp(prefix="sluice-bench-"))
-    port = free_port()
-    os.environ.update(
-        SLUICE_HOME=str(work),
-        SLUICE_JARS=os.environ.get("SLUICE_JARS") or str(ROOT / ".sluice" / "jars"),
-        SLUICE_KAFKA_PORT=str(port),
-        SLUICE_KAFKA_CONTROLLER_PORT=str(free_port()),
-        SLUICE_KAFKA_BOOTSTRAP=f"127.0.0.1:{port}",
-        SPARK_LOCAL_IP="127.0.0.1",
-    )
+    work = isolated_home("sluice-bench-")
     from rich.console import Console
 
     from sluice.broker import EmbeddedBroker
