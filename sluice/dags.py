@@ -59,6 +59,11 @@ def table_asset(pipeline: Pipeline) -> Asset:
     return Asset(name=f"sluice.{pipeline.name}", uri=path if "://" in path else f"file://{path}", group="sluice")
 
 
+def optional(kind: str, **schema: Any) -> Param:
+    """A field of a trigger form that may stay empty."""
+    return Param(None, type=["null", kind], **schema)
+
+
 def params(pipeline: Pipeline) -> dict[str, Param]:
     """The trigger form. JSON Schema validates each field before a run is created."""
     if pipeline.spec.mode == "continuous":  # no batches: nothing to backfill, no trigger to pick
@@ -98,33 +103,29 @@ def params(pipeline: Pipeline) -> dict[str, Param]:
             title="Micro-batch interval",
             description="Used with trigger mode 'processing_time', e.g. '30 seconds'.",
         ),
-        "from_offset": Param(
-            None,
-            type=["null", "integer"],
+        "from_offset": optional(
+            "integer",
             minimum=0,
             title="Backfill from offset",
             description="First offset, on every partition (included).",
             section="Backfill range: offsets or times",
         ),
-        "to_offset": Param(
-            None,
-            type=["null", "integer"],
+        "to_offset": optional(
+            "integer",
             minimum=0,
             title="Backfill to offset",
             description="End offset (excluded); empty: up to the end of the topic.",
             section="Backfill range: offsets or times",
         ),
-        "from_time": Param(
-            None,
-            type=["null", "string"],
+        "from_time": optional(
+            "string",
             format="date-time",
             title="Backfill from time",
             description="First record time (Kafka timestamp, included).",
             section="Backfill range: offsets or times",
         ),
-        "to_time": Param(
-            None,
-            type=["null", "string"],
+        "to_time": optional(
+            "string",
             format="date-time",
             title="Backfill to time",
             description="End time (excluded); empty: up to now.",
@@ -351,16 +352,14 @@ def maintenance_dag(pipeline: Pipeline) -> DAG:
 
 def quality_params(pipeline: Pipeline) -> dict[str, Param]:
     return {
-        "from_date": Param(
-            None,
-            type=["null", "string"],
+        "from_date": optional(
+            "string",
             format="date",
             title="From date",
             description="First date partition to validate (included). Empty: the newest partitions.",
         ),
-        "to_date": Param(
-            None,
-            type=["null", "string"],
+        "to_date": optional(
+            "string",
             format="date",
             title="To date",
             description="Last date partition (included); every day between is validated, empty ones too. "
