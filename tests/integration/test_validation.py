@@ -33,11 +33,12 @@ WARN_ROWS: dict[str, dict[str, Any]] = {
 }
 #: Added after the data was written: its violations are in the table, and it is critical.
 LATE_RULE = {"battery_percent": {"column": "battery", "in_range": {"min": 0, "max": 100}, "action": "drop"}}
+TABLE_KNOWN = {"known_columns": {"no_unexpected_columns": True}}
 TABLE = {
     "rows_per_day": {"row_count": {"min": 10}},
     "one_row_per_device": {"unique": "device_id"},
     "fresh": {"freshness": "12 hours", "severity": "warning"},
-    "known_columns": {"no_unexpected_columns": True},
+    **TABLE_KNOWN,
 }
 
 
@@ -126,3 +127,22 @@ def test_a_missing_table_is_a_clear_error(spark, tmp_path: Path) -> None:
     )
     with pytest.raises(ValidationError, match=r"no delta table at .*never_written yet \(has the pipeline run\?\)"):
         validate(spark, pipeline, Selection(latest=1))
+
+
+def test_a_parquet_table_validates_the_same_way(spark, broker, tmp_path: Path) -> None:
+    topic = new_topic(broker, partitions=1)
+    rules = {"rows": WARN_ROWS, "table": {"rows_per_day": {"row_count": {"min": 1}}, **TABLE_KNOWN}}
+    pipeline = make_pipeline(tmp_path, topic, expectations=rules, sink={"format": "parquet"})
+    gen, at = EventGenerator(pipeline, seed=4), datetime.now(UTC) - timedelta(minutes=5)
+    sent = []
+    for i in range(30):
+        e = gen.good() | {"timestamp": int(at.timestamp()), "signal": -60.0}
+        e["device"].update(type="camera", firmware="2.0.1" if i % 10 else "0.0.1")
+        sent.append(e)
+    send(broker.bootstrap, topic, [Record(json.dumps(e).encode(), "good", None, e) for e in sent])
+    run_available_now(spark, pipeline)
+
+    report = validate(spark, pipeline, Selection(latest=1))
+    assert [(p.date, p.rows) for p in report.partitions] == [(at.date().isoformat(), 30)]
+    assert [(o.rule, o.failed) for o in report.outcomes if not o.success] == [("known_firmware", 3)]
+    assert report.passed and not report.critical_failures
