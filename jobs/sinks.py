@@ -45,7 +45,7 @@ class DeltaSink:
         )
 
     def has_commits(self) -> bool:
-        return hadoopfs.has_children(self.spark, f"{self.path}/_delta_log")
+        return table_exists(self.spark, "delta", self.path)
 
 
 class ParquetSink:
@@ -74,7 +74,12 @@ class ParquetSink:
         self._sink.addBatch(batch_id, df._jdf)
 
     def has_commits(self) -> bool:
-        return hadoopfs.has_children(self.spark, f"{self.path}/_spark_metadata")
+        return table_exists(self.spark, "parquet", self.path)
+
+
+def table_exists(spark: SparkSession, fmt: str, path: str) -> bool:
+    """Has a pipeline committed to the table at ``path`` (its Delta or Parquet log has entries)?"""
+    return hadoopfs.has_children(spark, f"{path}/{'_delta_log' if fmt == 'delta' else '_spark_metadata'}")
 
 
 def read_table(spark: SparkSession, fmt: str, path: str) -> DataFrame:

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame, SparkSession
 
-from jobs import hadoopfs
-from jobs.sinks import read_table
+from jobs.sinks import read_table, table_exists
 from sluice.spec import Pipeline
 
 
@@ -16,8 +15,7 @@ def register_tables(spark: SparkSession, pipelines: list[Pipeline]) -> dict[str,
     for p in pipelines:
         fmt = p.spec.sink.format
         for view, path in ((p.name, p.sink_path), (p.quarantine_table, p.quarantine_path)):
-            marker = "_delta_log" if fmt == "delta" else "_spark_metadata"
-            if hadoopfs.has_children(spark, f"{path}/{marker}"):
+            if table_exists(spark, fmt, path):
                 read_table(spark, fmt, path).createOrReplaceTempView(view)
                 views[view] = path
     return views

@@ -22,8 +22,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs import hadoopfs
-from jobs.sinks import read_table
+from jobs.sinks import read_table, table_exists
 from sluice.spec import Pipeline, SpecError, load_pipeline
 from sluice.validation import Outcome, Partition, Report, Selection, quality_home
 
@@ -42,7 +41,7 @@ class ValidationError(Exception):
 
 def table(spark: SparkSession, pipeline: Pipeline) -> DataFrame:
     fmt, path = pipeline.spec.sink.format, pipeline.sink_path
-    if not hadoopfs.has_children(spark, f"{path}/{'_delta_log' if fmt == 'delta' else '_spark_metadata'}"):
+    if not table_exists(spark, fmt, path):
         raise ValidationError(f"{pipeline.name}: no {fmt} table at {path} yet (has the pipeline run?)")
     return read_table(spark, fmt, path)
 
