@@ -1,10 +1,14 @@
-"""Small file operations through Hadoop's FileSystem, so that checkpoints and tables
-on HDFS or object stores work the same as local paths."""
+"""Small file operations through Hadoop's public FileSystem API, so that checkpoints and
+tables on HDFS or object stores work the same as local paths. The one module that reaches
+the JVM for files."""
 
 from __future__ import annotations
 
+import uuid
+from dataclasses import dataclass
 from typing import Any
 
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
 
@@ -15,14 +19,67 @@ def _fs(spark: SparkSession, path: str) -> tuple[Any, Any]:
     return jpath.getFileSystem(spark._jsc.hadoopConfiguration()), jpath
 
 
-def exists(spark: SparkSession, path: str) -> bool:
-    fs, jpath = _fs(spark, path)
-    return bool(fs.exists(jpath))
-
-
 def has_children(spark: SparkSession, path: str) -> bool:
     fs, jpath = _fs(spark, path)
     return bool(fs.exists(jpath)) and len(fs.listStatus(jpath)) > 0
+
+
+def list_names(spark: SparkSession, path: str) -> list[str]:
+    """Names of a folder's direct children ([] when the folder does not exist)."""
+    fs, jpath = _fs(spark, path)
+    if not fs.exists(jpath):
+        return []
+    return [str(s.getPath().getName()) for s in fs.listStatus(jpath)]
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    uri: str
+    size: int
+    modification_time: int  # epoch ms
+    replication: int
+    block_size: int
+
+
+def _info(status: Any) -> FileInfo:
+    return FileInfo(
+        str(status.getPath().toUri().toString()),
+        int(status.getLen()),
+        int(status.getModificationTime()),
+        int(status.getReplication()),
+        int(status.getBlockSize()),
+    )
+
+
+def list_files(spark: SparkSession, path: str) -> list[FileInfo]:
+    """Every file under ``path``, recursively ([] when it does not exist)."""
+    fs, jpath = _fs(spark, path)
+    if not fs.exists(jpath):
+        return []
+    found, it = [], fs.listFiles(jpath, True)
+    while it.hasNext():
+        found.append(_info(it.next()))
+    return found
+
+
+def info(spark: SparkSession, path: str) -> FileInfo:
+    fs, jpath = _fs(spark, path)
+    return _info(fs.getFileStatus(jpath))
+
+
+def move(spark: SparkSession, src: str, dst: str) -> None:
+    """Move a file into a folder that may not exist yet (a rename on HDFS and local disks)."""
+    fs, jsrc = _fs(spark, src)
+    _, jdst = _fs(spark, dst)
+    fs.mkdirs(jdst.getParent())
+    if not fs.rename(jsrc, jdst):
+        raise OSError(f"could not move {src} to {dst}")
+
+
+def delete(spark: SparkSession, path: str) -> None:
+    """Remove a file or a folder with everything in it (nothing if it does not exist)."""
+    fs, jpath = _fs(spark, path)
+    fs.delete(jpath, True)
 
 
 def read_text(spark: SparkSession, path: str) -> str:
@@ -42,3 +99,33 @@ def write_text(spark: SparkSession, path: str, text: str) -> None:
         out.write(bytearray(text.encode("utf-8")))
     finally:
         out.close()
+
+
+def create_new(spark: SparkSession, path: str, text: str) -> bool:
+    """Create ``path`` with ``text`` unless it exists; False if another writer created it first.
+
+    The text goes to a temporary file that is then renamed without overwriting, so readers
+    see the whole file or none of it, and of two writers racing for one name exactly one
+    wins (Hadoop's FileContext refuses to rename onto an existing file, as Spark's own
+    metadata logs rely on).
+    """
+    jvm = spark._jvm
+    assert jvm is not None
+    fs, jpath = _fs(spark, path)
+    tmp = jvm.org.apache.hadoop.fs.Path(jpath.getParent(), f".{jpath.getName()}.{uuid.uuid4().hex}.tmp")
+    fs.mkdirs(jpath.getParent())
+    out = fs.create(tmp, False)
+    try:
+        out.write(bytearray(text.encode("utf-8")))
+    finally:
+        out.close()
+    fc = jvm.org.apache.hadoop.fs.FileContext.getFileContext(jpath.toUri(), spark._jsc.hadoopConfiguration())
+    no_overwrite = spark.sparkContext._gateway.new_array(jvm.org.apache.hadoop.fs.Options.Rename, 0)  # type: ignore[union-attr]
+    try:
+        fc.rename(fs.makeQualified(tmp), fs.makeQualified(jpath), no_overwrite)
+        return True
+    except Py4JJavaError as exc:
+        if exc.java_exception.getClass().getName() != "org.apache.hadoop.fs.FileAlreadyExistsException":
+            raise
+        fs.delete(tmp, False)
+        return False

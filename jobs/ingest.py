@@ -74,17 +74,12 @@ class BatchWriter:
     def sinks(self) -> tuple[BatchSink, BatchSink]:
         if self._sinks is None:
             p, date_col = self.pipeline, self.pipeline.spec.date_partition.column
-            if p.spec.sink.format == "delta":
-                app_id = query_id(self.spark, p)
-                self._sinks = (
-                    DeltaSink(self.spark, p.sink_path, date_col, app_id),
-                    DeltaSink(self.spark, p.quarantine_path, date_col, app_id),
-                )
-            else:
-                self._sinks = (
-                    ParquetSink(self.spark, p.sink_path, date_col),
-                    ParquetSink(self.spark, p.quarantine_path, date_col),
-                )
+            sink = DeltaSink if p.spec.sink.format == "delta" else ParquetSink
+            writer = query_id(self.spark, p)
+            self._sinks = (
+                sink(self.spark, p.sink_path, date_col, writer),
+                sink(self.spark, p.quarantine_path, date_col, writer),
+            )
         return self._sinks
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
@@ -159,11 +154,12 @@ class BatchWriter:
 def query_id(spark: SparkSession, pipeline: Pipeline) -> str:
     """The streaming query's id, which Spark keeps in the checkpoint for its lifetime.
 
-    It names this writer in Delta's idempotent-write log; a new checkpoint gets a new id,
-    so its batch ids (which start at 0 again) are never mistaken for the old ones.
+    It names this writer in both tables' logs, and nothing else does: a renamed pipeline on
+    the same checkpoint is the same writer (its replayed batch is skipped), and a new
+    checkpoint, whose batch ids start at 0 again, is never mistaken for the old one.
     """
     meta = json.loads(hadoopfs.read_text(spark, f"{pipeline.checkpoint_path}/metadata"))
-    return f"sluice-{pipeline.name}-{meta['id']}"
+    return str(meta["id"])
 
 
 def check_checkpoint(spark: SparkSession, pipeline: Pipeline) -> None:

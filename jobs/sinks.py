@@ -1,22 +1,30 @@
 """Table writers for one micro-batch, each exactly once across restarts.
 
-Both formats are written from ``foreachBatch``, so one batch can feed the output table
-and its quarantine table, and a batch that runs again after a crash (same id, same
-offsets, as Spark's checkpoint guarantees) must not be written twice.
+Both formats are written from ``foreachBatch``, so one batch can feed the output table and
+its quarantine table, and a batch that runs again after a crash (same id, same offsets, as
+Spark's checkpoint guarantees) must not be written twice. A writer is named by its
+streaming query's id, which Spark keeps in the checkpoint for the checkpoint's lifetime:
+renaming a pipeline does not change it, and a new checkpoint (batch ids from 0 again)
+never passes for the old one.
+
+A batch with nothing for a table writes nothing to it; that is safe in both formats.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Protocol
 
 from pyspark.sql import DataFrame, SparkSession
 
 from jobs import hadoopfs
+from sluice import parquet_log
+
+log = logging.getLogger("sluice.sinks")
 
 
 class BatchSink(Protocol):
     path: str
-    guarantee: str
 
     def write(self, df: DataFrame, batch_id: int) -> None: ...
 
@@ -24,15 +32,14 @@ class BatchSink(Protocol):
 
 
 class DeltaSink:
-    """Delta's idempotent writes: the commit records (txnAppId, txnVersion=batch id) and
-    Delta skips a write whose version it has already committed for that app id.
+    """Exactly once by Delta's idempotent writes: each commit records (txnAppId, txnVersion =
+    batch id), and Delta skips a write whose version it has already committed for that app id.
     See https://docs.delta.io/latest/delta-streaming.html#idempotent-table-writes-in-foreachbatch
     """
 
-    guarantee = "exactly once (Delta transaction per batch, replayed batches skipped by txnVersion)"
-
-    def __init__(self, spark: SparkSession, path: str, partition_by: str, app_id: str) -> None:
-        self.spark, self.path, self.partition_by, self.app_id = spark, path, partition_by, app_id
+    def __init__(self, spark: SparkSession, path: str, partition_by: str, writer: str) -> None:
+        self.spark, self.path, self.partition_by = spark, path, partition_by
+        self.app_id = f"sluice-{writer}"
 
     def write(self, df: DataFrame, batch_id: int) -> None:
         (
@@ -48,38 +55,113 @@ class DeltaSink:
         return table_exists(self.spark, "delta", self.path)
 
 
+STAGING = "_sluice_staging"
+MAX_COMMIT_ATTEMPTS = 20
+
+
 class ParquetSink:
-    """Spark's own streaming file sink, driven per batch: files are listed under the batch
-    id in ``_spark_metadata`` only after they are written, a batch id already listed is
-    skipped, and readers (``spark.read.parquet``) see only listed files.
+    """Exactly once by a commit log (see :mod:`sluice.parquet_log`): a batch's files become
+    visible in one atomic log entry, and a batch whose files the log lists is skipped.
+
+    A batch is written with Spark's public DataFrameWriter into a staging folder, its files
+    are moved into the table's partition folders under names that carry the writer and the
+    batch, and the next commit of the log lists them. A crash before the commit leaves files
+    no reader sees, which the batch's next attempt removes; a crash after it leaves a commit
+    that the next attempt finds and skips.
     """
 
-    guarantee = "exactly once (_spark_metadata log per batch, replayed batches skipped by batch id)"
-
-    def __init__(self, spark: SparkSession, path: str, partition_by: str) -> None:
-        self.spark, self.path = spark, path
-        jvm = spark._jvm
-        assert jvm is not None
-        # FileStreamSink is what writeStream.format("parquet") uses; calling it from
-        # foreachBatch keeps its commit protocol while writing two tables per batch.
-        self._sink = jvm.org.apache.spark.sql.execution.streaming.sinks.FileStreamSink(
-            spark._jsparkSession,
-            path,
-            jvm.org.apache.spark.sql.execution.datasources.parquet.ParquetFileFormat(),
-            jvm.org.apache.spark.api.python.PythonUtils.toSeq([partition_by]),
-            jvm.org.apache.spark.api.python.PythonUtils.toScalaMap({}),
-        )
+    def __init__(self, spark: SparkSession, path: str, partition_by: str, writer: str) -> None:
+        self.spark, self.path, self.partition_by, self.writer = spark, path.rstrip("/"), partition_by, writer
+        self.log_dir = f"{self.path}/{parquet_log.LOG_DIR}"
+        self._last: int | None = None  # this writer's newest committed batch, once looked up
 
     def write(self, df: DataFrame, batch_id: int) -> None:
-        self._sink.addBatch(batch_id, df._jdf)
+        if self._last is None:
+            self._last = self._committed_batch()
+        attempt = f"{self.path}/{STAGING}/{self.writer}-{batch_id:012d}"
+        if batch_id <= self._last:
+            log.info("%s: batch %d is committed already; skipping it", self.path, batch_id)
+            hadoopfs.delete(self.spark, attempt)  # left if the last attempt died after its commit
+            return
+        self._undo(attempt, batch_id)
+        df.write.mode("overwrite").partitionBy(self.partition_by).parquet(attempt)
+        prefix = parquet_log.tag(self.writer, batch_id)
+        entries = []
+        for f in hadoopfs.list_files(self.spark, attempt):
+            rel = f.uri.split(f"/{STAGING}/", 1)[1].split("/", 1)[1]  # date=2026-11-21/part-....parquet
+            folder, _, name = rel.rpartition("/")
+            if not name.endswith(".parquet") or name.startswith((".", "_")):
+                continue
+            target = f"{self.path}/{folder}/{prefix}{name}" if folder else f"{self.path}/{prefix}{name}"
+            hadoopfs.move(self.spark, f.uri, target)
+            moved = hadoopfs.info(self.spark, target)
+            entries.append(
+                parquet_log.Entry(
+                    moved.uri, moved.size, moved.modification_time, "add", moved.replication, moved.block_size
+                )
+            )
+        self._commit(entries)
+        hadoopfs.delete(self.spark, attempt)
+        self._last = batch_id
 
     def has_commits(self) -> bool:
         return table_exists(self.spark, "parquet", self.path)
 
+    def _read(self, commits: range) -> list[parquet_log.Entry]:
+        entries = []
+        for commit in commits:
+            path = f"{self.log_dir}/{parquet_log.file_name(commit)}"
+            entries += parquet_log.parse(hadoopfs.read_text(self.spark, path), path)
+        return parquet_log.live(entries)
+
+    def _committed_batch(self) -> int:
+        names = hadoopfs.list_names(self.spark, self.log_dir)
+        newest = parquet_log.latest(names)
+        if newest is None:
+            return -1
+        parquet_log.check_interval(names)
+        found = parquet_log.last_batch(self._read(parquet_log.needed(newest)), self.writer)
+        return -1 if found is None else found
+
+    def _undo(self, attempt: str, batch_id: int) -> None:
+        """Remove what an earlier attempt at this batch left: its staging folder, and files it
+        had moved into partition folders before it died (never listed, so never read)."""
+        prefix = parquet_log.tag(self.writer, batch_id)
+        for folder in hadoopfs.list_names(self.spark, attempt):
+            if "=" in folder:
+                for name in hadoopfs.list_names(self.spark, f"{self.path}/{folder}"):
+                    if name.startswith(prefix):
+                        hadoopfs.delete(self.spark, f"{self.path}/{folder}/{name}")
+        hadoopfs.delete(self.spark, attempt)
+
+    def _commit(self, entries: list[parquet_log.Entry]) -> int:
+        """Append one commit to the log; another writer (a backfill) may race for each number."""
+        for _ in range(MAX_COMMIT_ATTEMPTS):
+            names = hadoopfs.list_names(self.spark, self.log_dir)
+            newest = parquet_log.latest(names)
+            commit = 0 if newest is None else newest + 1
+            content = entries
+            if parquet_log.is_compaction(commit) and newest is not None:
+                content = parquet_log.live(self._read(parquet_log.needed(newest)) + entries)
+            if hadoopfs.create_new(
+                self.spark, f"{self.log_dir}/{parquet_log.file_name(commit)}", parquet_log.render(content)
+            ):
+                if parquet_log.is_compaction(commit):
+                    self._expire(commit, names)
+                return commit
+        raise RuntimeError(f"{self.path}: could not commit to {self.log_dir}; other writers took every number")
+
+    def _expire(self, compaction: int, names: list[str]) -> None:
+        """Delete commits two compactions old: no reader needs them (Spark's sink deletes them too)."""
+        for name in names:
+            commit = parquet_log.commit_number(name)
+            if commit is not None and commit < compaction - 2 * parquet_log.COMPACT_INTERVAL:
+                hadoopfs.delete(self.spark, f"{self.log_dir}/{name}")
+
 
 def table_exists(spark: SparkSession, fmt: str, path: str) -> bool:
     """Has a pipeline committed to the table at ``path`` (its Delta or Parquet log has entries)?"""
-    return hadoopfs.has_children(spark, f"{path}/{'_delta_log' if fmt == 'delta' else '_spark_metadata'}")
+    return hadoopfs.has_children(spark, f"{path}/{'_delta_log' if fmt == 'delta' else parquet_log.LOG_DIR}")
 
 
 def read_table(spark: SparkSession, fmt: str, path: str) -> DataFrame:

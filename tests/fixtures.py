@@ -115,6 +115,30 @@ def audit_totals(pipeline: Pipeline) -> dict[str, int]:
     return totals
 
 
+def read_without_spark(fmt: str, path: str, columns: list[str] | None = None) -> Any:
+    """A pipeline's table as another reader sees it: delta-rs for Delta, pyarrow over the
+    files the Parquet log lists. Returns a pyarrow Table (empty if nothing is committed)."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+    from deltalake import DeltaTable
+
+    from sluice import parquet_log
+
+    if fmt == "delta":
+        return DeltaTable(path).to_pyarrow_table(columns=columns)
+    files = [str(parquet_log.local_path(e.path)) for e in parquet_log.committed_files(Path(path))]
+    if not files:
+        return pa.table({c: [] for c in columns or []})
+    dataset = ds.dataset(files, format="parquet", partitioning="hive", partition_base_dir=path)
+    return dataset.to_table(columns=columns)
+
+
+def kafka_keys(table: Any) -> list[tuple[str, int, int]]:
+    """(topic, partition, offset) of every row, duplicates kept."""
+    cols = [table.column(c).to_pylist() for c in ("_kafka_topic", "_kafka_partition", "_kafka_offset")]
+    return list(zip(*cols, strict=True))
+
+
 def run_available_now(spark: Any, pipeline: Pipeline) -> None:
     from jobs.ingest import run
 
