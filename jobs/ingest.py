@@ -21,6 +21,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -38,11 +39,18 @@ from jobs import continuous, expectations, hadoopfs
 from jobs.backfill import Backfill, drop_present
 from jobs.parse import REASON, flat_rows, parse, quarantine_rows, read_kafka
 from jobs.sinks import BatchSink, DeltaSink, ParquetSink
-from jobs.status import AlreadyRunning, StatusReporter, take_lock
+from jobs.status import StatusReporter
+from sluice import locks
 from sluice.continuous import ContinuousError
 from sluice.spec import Pipeline, SpecError, Trigger, load_pipeline
 
 log = logging.getLogger("sluice.ingest")
+
+
+#: Test hook: SIGKILL the driver's process group right after this batch's tables and audit
+#: are written, before Spark logs the batch as committed: the crash that tests exactly-once
+#: hardest (the batch runs again on restart and must be found already written).
+KILL_AFTER_WRITING = "SLUICE_TEST_KILL_AFTER_WRITING_BATCH"
 
 
 class CheckpointMismatch(RuntimeError):
@@ -124,6 +132,14 @@ class BatchWriter:
         )
         if counts:
             log.info("%s batch %d expectations: %s", self.pipeline.name, batch_id, expectations.summary(counts))
+        if os.environ.get(KILL_AFTER_WRITING) == str(batch_id):
+            log.warning(
+                "%s: %s=%d: killing this driver before Spark commits the batch",
+                self.pipeline.name,
+                KILL_AFTER_WRITING,
+                batch_id,
+            )
+            os.killpg(os.getpgrp(), signal.SIGKILL)
 
     def _count(self, batch: DataFrame, batch_id: int) -> tuple[BatchAudit, dict[str, expectations.RuleCount]]:
         rows = (
@@ -300,11 +316,15 @@ def main(argv: list[str] | None = None) -> int:
             log.error("invalid backfill: --backfill-range needs --backfill-id")
             return 2
     try:
-        lock = take_lock(pipeline.name, "job.lock" if backfill is None else f"backfill-{backfill.id}.lock")
-    except AlreadyRunning as exc:
+        with locks.claim(pipeline.name, locks.claims_for(pipeline, backfill.id if backfill else None)):
+            return drive(pipeline, backfill, args.available_now, args.processing_time)
+    except locks.Claimed as exc:
         log.error("%s", exc)
         return 4
 
+
+def drive(pipeline: Pipeline, backfill: Backfill | None, available_now: bool, processing_time: str | None) -> int:
+    """Run the stream (or backfill) until it ends or SIGTERM/Ctrl-C stops it; the exit code."""
     spark = SparkSession.builder.appName(f"sluice-{pipeline.name}").getOrCreate()
     reporter = StatusReporter(spark, pipeline.name) if backfill is None else None
     if reporter is not None:
@@ -319,20 +339,18 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, request_stop)
     try:
         if pipeline.spec.mode == "continuous":
-            if backfill or args.available_now or args.processing_time:
+            if backfill or available_now or processing_time:
                 raise ContinuousError(
                     "mode", f"{pipeline.name} is a continuous branch: no backfill or micro-batch trigger"
                 )
             error = continuous.run(spark, pipeline, stop, reporter)
         else:
-            error = run(spark, pipeline, args.available_now, stop, backfill, reporter)
+            error = run(spark, pipeline, available_now, stop, backfill, reporter)
     except (CheckpointMismatch, ContinuousError) as exc:
         if reporter is not None:
             reporter.report("failed", error=str(exc))
         log.error("%s", exc)
         return 3
-    finally:
-        lock.close()
     if error is not None:
         log.error("%s failed: %s", pipeline.name, error)
         return 1

@@ -7,38 +7,15 @@ run ids, and a summary of the last progress event including Kafka's offsets behi
 
 from __future__ import annotations
 
-import fcntl
 import os
 import time
 from dataclasses import asdict
-from typing import IO, Any
+from typing import Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from sluice.supervise import Status, run_dir, write_json
-
-
-class AlreadyRunning(RuntimeError):
-    """Another driver holds this pipeline's run lock: two queries on one checkpoint corrupt it."""
-
-
-def take_lock(name: str, lock_name: str = "job.lock") -> IO[str]:
-    """Hold ``run/<name>/<lock_name>`` for the life of this process (the kernel frees it on any exit)."""
-    path = run_dir(name) / lock_name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle = path.open("a+")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        raise AlreadyRunning(
-            f"{name} is already running (driver pid {handle.read().strip() or '?'}); stop it first"
-        ) from None
-    handle.truncate(0)
-    handle.write(str(os.getpid()))
-    handle.flush()
-    return handle
 
 
 def _progress_summary(progress: dict[str, Any] | None) -> dict[str, Any]:

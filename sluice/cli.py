@@ -26,6 +26,7 @@ from sluice.backfill import plan as plan_backfill
 from sluice.broker import BrokerError, EmbeddedBroker
 from sluice.continuous import ContinuousError
 from sluice.generate import EventGenerator
+from sluice.locks import Claimed
 from sluice.produce import ProduceError, ProduceReport, read_ndjson, send, synthetic
 from sluice.spec import Pipeline, SpecError, all_pipelines, duration_seconds, load_pipeline
 from sluice.submit import (
@@ -254,9 +255,11 @@ def start(
         fail(f"{p.name} is already running; `sluice status {p.name}`", 1)
     try:
         check_continuous_slots(p, master or default_master())
+        driver = _launch(p, available_now, master)
     except ContinuousError as exc:
         fail(str(exc))
-    driver = _launch(p, available_now, master)
+    except Claimed as exc:
+        fail(str(exc), 1)
     try:
         status = supervise.wait_running(p, driver)
     except supervise.StartFailed as exc:

@@ -33,6 +33,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from sluice import config
 from sluice.airflow_env import CONN_ID
+from sluice.locks import Claimed
 from sluice.spec import Pipeline, SpecError, load_pipeline
 from sluice.submit import (
     check_continuous_slots,
@@ -190,9 +191,12 @@ def _launch(pipeline: Pipeline, trigger: str, processing_time: str | None, launc
     except ValueError as exc:
         raise AirflowFailException(str(exc)) from None
     env = submit_env(hook._connection["master"])
-    driver = supervise.launch(
-        pipeline, command, env, launched_by=launched_by, desired="once" if available_now else "running"
-    )
+    try:
+        driver = supervise.launch(
+            pipeline, command, env, launched_by=launched_by, desired="once" if available_now else "running"
+        )
+    except Claimed as exc:  # another driver holds the checkpoint or a table: a retry cannot help
+        raise AirflowFailException(str(exc)) from None
     log.info("launched %s on %s: pid %d, log %s", pipeline.name, hook._connection["master"], driver.pid, driver.log)
     return driver
 

@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 import psutil
 
-from sluice import config
+from sluice import config, locks
 from sluice.checkpoint import Committed, read_committed
 from sluice.spec import Pipeline, duration_seconds
 from sluice.topics import end_offsets, list_topics
@@ -138,7 +138,12 @@ def launch(
     launched_by: str,
     desired: Desired = "running",
 ) -> Driver:
-    """Start spark-submit detached (own session, output to a log file) and record it."""
+    """Start spark-submit detached (own session, output to a log file) and record it.
+
+    Raises :class:`sluice.locks.Claimed` first if another driver holds the pipeline's
+    checkpoint or tables (the job would refuse to start anyway, less visibly).
+    """
+    locks.check_free(pipeline.name, locks.claims_for(pipeline))
     logs = config.sluice_home() / "logs" / pipeline.name
     logs.mkdir(parents=True, exist_ok=True)
     log = logs / time.strftime("%Y%m%dT%H%M%S.log", time.gmtime())

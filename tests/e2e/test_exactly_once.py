@@ -1,5 +1,6 @@
-"""Exactly once under crashes: SIGKILL the spark-submit driver mid-stream, twice, restart
-from the same checkpoint each time, and find every produced record exactly once."""
+"""Exactly once under crashes: SIGKILL the spark-submit driver mid-stream and restart from the
+same checkpoint, also under a new pipeline name; and a second driver on the same checkpoint
+or table is refused. Every produced record is found exactly once."""
 
 from __future__ import annotations
 
@@ -7,29 +8,35 @@ import os
 import random
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from jobs.ingest import KILL_AFTER_WRITING
 from jobs.sinks import read_table
 from sluice.generate import EventGenerator
 from sluice.produce import send, synthetic
 from sluice.spec import Pipeline
 from sluice.submit import ingest_submission, submit_env
-from tests.fixtures import audit_totals, make_pipeline, new_topic
+from tests.fixtures import audit_totals, kafka_keys, make_pipeline, new_topic, read_without_spark
 
 pytestmark = [pytest.mark.e2e, pytest.mark.chaos]
 
+KEYS = ["_kafka_topic", "_kafka_partition", "_kafka_offset"]
 
-def launch(pipeline: Pipeline, log: Path, available_now: bool = False) -> subprocess.Popen[bytes]:
+
+def launch(
+    pipeline: Pipeline, log: Path, available_now: bool = False, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     sub = ingest_submission(pipeline.spec_path, pipeline_name=pipeline.name, available_now=available_now)
     with log.open("ab") as out:
         # Its own process group: the kill takes the JVM and the Python driver together.
         return subprocess.Popen(
             sub.command(),
-            env=os.environ | submit_env(sub.master),
+            env=os.environ | submit_env(sub.master) | (env or {}),
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -91,3 +98,77 @@ def test_killed_driver_neither_loses_nor_repeats_records(spark, broker, tmp_path
     assert len(quarantined) == len(bad)
     assert {(r["_kafka_partition"], r["_kafka_offset"]): r["reason"] for r in quarantined} == bad
     assert audit_totals(pipeline) == {"records_in": total, "records_out": len(good), "records_quarantined": len(bad)}
+
+
+@pytest.mark.parametrize("fmt", ["delta", "parquet"])
+def test_renamed_after_a_crash_between_write_and_commit_repeats_nothing(spark, broker, tmp_path, fmt) -> None:
+    # Killed right after batch 3's tables are written, before Spark logs it committed, then
+    # restarted with only `name:` changed: the replayed batch 3 must be found written.
+    topic = new_topic(broker, partitions=2)
+    settings = {
+        "sink": {"format": fmt},
+        "source": {"max_offsets_per_trigger": 60},
+        "trigger": {"processing_time": "200 milliseconds"},
+    }
+    before = make_pipeline(tmp_path, topic, name="before", **settings)
+    # 300 records, 60 a batch: batches 0-3 before the kill, 3 (replayed) and 4 after it.
+    report = send(broker.bootstrap, topic, synthetic(EventGenerator(before, seed=23), 300, 0.05), keep=True)
+    log = tmp_path / "driver.log"
+    crashed = launch(before, log, env={KILL_AFTER_WRITING: "3"})
+    assert crashed.wait(timeout=300) == -signal.SIGKILL, log.read_text()[-3000:]
+    checkpoint = Path(before.checkpoint_path)
+    assert (checkpoint / "offsets" / "3").exists() and not (checkpoint / "commits" / "3").exists()
+
+    after = make_pipeline(
+        tmp_path,
+        topic,
+        name="after",
+        checkpoint=before.checkpoint_path,
+        **(settings | {"sink": {"format": fmt, "path": before.sink_path}}),
+    )
+    final = launch(after, log, available_now=True)
+    assert final.wait(timeout=300) == 0, log.read_text()[-3000:]
+
+    good = {(topic, d.partition, d.offset) for d in report.delivered if d.record.kind == "good"}
+    bad = {(topic, d.partition, d.offset) for d in report.delivered if d.record.kind != "good"}
+    out = kafka_keys(read_without_spark(fmt, before.sink_path, KEYS))
+    quarantined = kafka_keys(read_without_spark(fmt, before.quarantine_path, KEYS))
+    assert len(out) == len(set(out)) and len(quarantined) == len(set(quarantined)), "a batch was written twice"
+    assert set(out) == good and set(quarantined) == bad
+
+
+def test_a_second_spec_on_the_same_checkpoint_or_table_is_refused(spark, broker, tmp_path) -> None:
+    topic = new_topic(broker, partitions=2)
+    settings = {"source": {"max_offsets_per_trigger": 50}, "trigger": {"processing_time": "500 milliseconds"}}
+    first = make_pipeline(tmp_path, topic, name="first", **settings)
+    report = send(broker.bootstrap, topic, synthetic(EventGenerator(first, seed=5), 150), keep=True)
+    same_checkpoint = make_pipeline(
+        tmp_path, topic, name="same_checkpoint", checkpoint=first.checkpoint_path, sink={"path": str(tmp_path / "x")}
+    )
+    same_table = make_pipeline(tmp_path, topic, name="same_table", sink={"path": first.sink_path})
+    log = tmp_path / "driver.log"
+    running = launch(first, log)
+    try:
+        wait_until(lambda: batches_done(first) >= 1, running, log, timeout=240)
+        for other, refusal in (
+            (same_checkpoint, f"the checkpoint {first.checkpoint_path} is in use by 'first'"),
+            (same_table, f"the table {first.sink_path} is written by the stream of 'first'"),
+        ):
+            own_log = tmp_path / f"{other.name}.log"
+            assert launch(other, own_log).wait(timeout=120) == 4
+            assert refusal in own_log.read_text()
+            cli = subprocess.run(
+                [sys.executable, "-m", "sluice.cli", "start", other.name],
+                env=os.environ | {"SLUICE_PIPELINES": str(tmp_path), "COLUMNS": "300"},
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert cli.returncode == 1 and refusal in " ".join(cli.stdout.split()), cli.stdout + cli.stderr
+    finally:
+        running.send_signal(signal.SIGTERM)  # spark-submit passes it to the Python driver
+        running.wait(timeout=180)
+    final = launch(first, log, available_now=True)
+    assert final.wait(timeout=300) == 0, log.read_text()[-3000:]
+    out = kafka_keys(read_without_spark("delta", first.sink_path, KEYS))
+    assert sorted(out) == sorted((topic, d.partition, d.offset) for d in report.delivered)

@@ -1,0 +1,107 @@
+"""Claims on checkpoints and tables, between real processes (flock is per open file, so the
+holder must be another process for the refusal to be real)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from sluice import locks
+from sluice.spec import Pipeline, load_pipeline
+from tests.conftest import ROOT
+
+SPEC = """
+name: {name}
+source: {{bootstrap_servers: localhost:9092, topics: [t]}}
+schema: {schema}
+event_time: {{field: timestamp, format: epoch_seconds}}
+sink: {{format: parquet, path: {table}}}
+checkpoint: {checkpoint}
+"""
+
+
+def pipeline(tmp_path: Path, name: str, table: str = "tables/t", checkpoint: str = "checkpoints/t") -> Pipeline:
+    spec = tmp_path / f"{name}.yaml"
+    schema = ROOT / "schemas/device_signal/v1.json"
+    spec.write_text(SPEC.format(name=name, schema=schema, table=table, checkpoint=checkpoint))
+    return load_pipeline(spec)
+
+
+@contextmanager
+def held_elsewhere(name: str, claims: list[locks.Claim]) -> Iterator[int]:
+    """Another process holding ``claims`` until the block ends; yields its pid."""
+    code = (
+        "import sys; from sluice import locks\n"
+        f"claims = [locks.Claim(p, r) for p, r in {[(c.path, c.role) for c in claims]!r}]\n"
+        f"with locks.claim({name!r}, claims):\n"
+        "    print('held', flush=True); sys.stdin.read()\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+        yield proc.pid
+    finally:
+        proc.communicate("", timeout=10)
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("SLUICE_HOME", str(tmp_path / "home"))
+
+
+def test_two_specs_on_one_checkpoint_meet_on_one_lock(tmp_path) -> None:
+    first = pipeline(tmp_path, "payments")
+    renamed = pipeline(tmp_path, "payments_v2", table="tables/other")  # same checkpoint, other table
+    with held_elsewhere("payments", locks.claims_for(first)) as pid, pytest.raises(locks.Claimed) as refused:
+        locks.check_free(renamed.name, locks.claims_for(renamed))
+    assert str(refused.value) == (
+        f"payments_v2: the checkpoint {renamed.checkpoint_path} is in use by 'payments' (driver pid {pid}); "
+        "two drivers on one checkpoint corrupt it. Stop that one first (sluice stop payments)"
+    )
+    locks.check_free(renamed.name, locks.claims_for(renamed))  # free again once the holder exited
+
+
+def test_a_second_stream_into_one_table_is_refused_but_a_backfill_beside_it_is_not(tmp_path) -> None:
+    live = pipeline(tmp_path, "live")
+    other = pipeline(tmp_path, "other", checkpoint="checkpoints/other")  # same tables, own checkpoint
+    with held_elsewhere("live", locks.claims_for(live)) as pid:
+        with pytest.raises(
+            locks.Claimed, match=rf"the table .*/tables/t is written by the stream of 'live' \(driver pid {pid}\)"
+        ):
+            locks.check_free(other.name, locks.claims_for(other))
+        # A backfill writes beside the live stream; a second backfill of the same tables waits.
+        # (flock conflicts between two opens of one file even in one process.)
+        with (
+            locks.claim("live", locks.claims_for(live, backfill_id="offsets-1")),
+            pytest.raises(locks.Claimed, match="a backfill of 'live'"),
+        ):
+            locks.check_free("live", locks.claims_for(live, backfill_id="offsets-2"))
+    assert [c.role for c in locks.claims_for(live, backfill_id="b")] == ["checkpoint", "backfill", "backfill"]
+    assert locks.claims_for(live, backfill_id="b")[0].path == live.backfill_checkpoint_path("b")
+
+
+def test_paths_are_compared_as_places_not_spellings(tmp_path) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    a = locks.lock_file(locks.Claim(str(tmp_path / "link"), "checkpoint"))
+    assert a == locks.lock_file(locks.Claim(f"file://{real}/", "checkpoint"))
+    assert a != locks.lock_file(locks.Claim(str(real), "stream"))
+    assert locks.normalize("s3a://bucket/cp/") == "s3a://bucket/cp"
+
+
+def test_a_claim_is_released_when_its_holder_dies(tmp_path) -> None:
+    p = pipeline(tmp_path, "p")
+    code = (
+        "import os, signal; from sluice import locks\n"
+        f"with locks.claim('p', [locks.Claim({p.checkpoint_path!r}, 'checkpoint')]):\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    assert subprocess.run([sys.executable, "-c", code], env=os.environ).returncode == -9
+    locks.check_free("p", locks.claims_for(p))
