@@ -77,7 +77,7 @@ def verdicts(parsed: DataFrame, pipeline: Pipeline) -> DataFrame:
     source = F.struct(*[F.col(c).alias(c.removeprefix("_kafka_")) for c in lineage]).alias("source")
     event_time = F.col(flatten.EVENT_TIME).alias("event_time")
     verdict = F.to_json(F.struct(*columns, event_time, source, "flagged", "rules"))
-    rejected = F.to_json(F.struct(F.col(q.JSON).alias("raw_text"), F.col(REASON).alias("reason"), source))
+    rejected = F.to_json(F.struct(F.expr(q.raw_text_sql()).alias("raw_text"), F.col(REASON).alias("reason"), source))
     key = F.col(c.key).cast("string") if c.key else F.col(KEY).cast("string")
     return flat.filter(keep | ~good).select(
         F.when(good, F.lit(pipeline.spec.sink.topic)).otherwise(F.lit(pipeline.quarantine_topic)).alias("topic"),

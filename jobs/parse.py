@@ -53,7 +53,7 @@ def parse(raw: DataFrame, pipeline: Pipeline) -> DataFrame:
         )
         .withColumn(PARSED, F.from_json(q.JSON, parse_schema(pipeline), options))
         .withColumn(q.EVENT_TS, F.expr(eventtime.event_time_sql(event_expr, et.format, event_field.type)))
-        .withColumn(REASON, F.expr(q.reason_sql(pipeline.schema, et.field, et.format)))
+        .withColumn(REASON, F.expr(q.reason_sql(pipeline.schema, et.field, et.format, pipeline.accepted_times)))
     )
 
 
@@ -91,7 +91,7 @@ def quarantine_rows(bad: DataFrame, pipeline: Pipeline) -> DataFrame:
     return bad.select(
         F.col(KEY).alias("raw_key"),
         F.col(q.VALUE).alias("raw_value"),
-        F.col(q.JSON).alias("raw_text"),
+        F.expr(q.raw_text_sql()).alias("raw_text"),
         *_lineage(),
         F.col(REASON).alias("reason"),
         F.current_timestamp().alias(flatten.INGESTED_AT),

@@ -9,12 +9,20 @@ Formats:
 Every expression yields NULL instead of failing (Spark 4 runs with ANSI mode on, where a
 bad cast raises): a NULL event time sends the record to quarantine with the reason.
 The date is taken in the spec's timezone; the job runs with the session timezone UTC.
+
+An event time that parses is still refused when it is outside the accepted range
+(:class:`Bounds`): Spark reads ``+99999-01-01T00:00:00Z`` as a timestamp, and its date
+partition ``date=+99999-01-01`` is one that other readers (delta-rs, pyarrow) cannot open.
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from sluice.model import duration_seconds
 from sluice.schema import Atomic, DataType
 
 EPOCH_FORMATS = {
@@ -81,3 +89,107 @@ def date_sql(ts_expr: str, timezone: str) -> str:
     if timezone == "UTC":
         return f"to_date({ts_expr})"
     return f"to_date(from_utc_timestamp({ts_expr}, '{timezone}'))"
+
+
+# --- the accepted range -------------------------------------------------------------------
+
+#: What every reader can hold, whatever a spec accepts: years 0001 to 9999.
+EARLIEST = datetime(1, 1, 1, tzinfo=UTC)
+LATEST = datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
+#: A relative bound further than this from ingestion would overflow Spark's timestamps.
+MAX_OFFSET_DAYS = 365_000
+_ISO = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}([T ][0-9:.]+)?(Z|[+-][0-9]{2}:?[0-9]{2})?$")
+
+
+def _micros(when: datetime) -> int:
+    return (when - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+
+
+@dataclass(frozen=True)
+class Bound:
+    """One end of the accepted range: a moment (UTC), or an offset from the ingestion time."""
+
+    text: str  # as the spec gives it: '1970-01-01' or '1 day'
+    at: datetime | None = None
+    seconds: float | None = None  # with a sign: negative is before ingestion
+
+    @property
+    def relative(self) -> bool:
+        return self.at is None
+
+    def sql(self) -> str:
+        """A timestamp expression. ``current_timestamp()`` in a streaming query is the batch's
+        own time, kept in the offset log, so a replayed batch judges every record the same."""
+        if self.at is not None:
+            return f"timestamp_micros({_micros(self.at)})"
+        return f"timestampadd(MICROSECOND, {round((self.seconds or 0) * 1_000_000)}, current_timestamp())"
+
+    def moment(self, ingested_at: datetime) -> datetime:
+        return self.at if self.at is not None else ingested_at + timedelta(seconds=self.seconds or 0)
+
+    def describe(self) -> str:
+        if self.at is not None:
+            return iso(self.at)
+        return f"{self.text} {'before' if (self.seconds or 0) < 0 else 'after'} ingestion"
+
+
+def iso(when: datetime) -> str:
+    return when.astimezone(UTC).replace(tzinfo=None).isoformat() + "Z"  # strftime drops the zeros of year 0001
+
+
+def parse_bound(value: str | date, before: bool) -> Bound:
+    """A date or date-time (UTC unless it says otherwise), or a duration from ingestion
+    (before it for ``not_before``, after it for ``not_after``); ValueError otherwise."""
+    if isinstance(value, date):  # YAML reads 1970-01-01 as a date
+        at = value if isinstance(value, datetime) else datetime(value.year, value.month, value.day)
+        return _absolute(value.isoformat(), at)
+    text = str(value).strip()
+    if _ISO.match(text):
+        try:
+            return _absolute(text, datetime.fromisoformat(text.replace("Z", "+00:00")))
+        except ValueError as exc:
+            raise ValueError(f"{text!r} is not a date: {exc}") from None
+    try:
+        seconds = duration_seconds(text)
+    except ValueError:
+        raise ValueError(
+            f"{text!r} is neither a date or date-time ('1970-01-01', '2020-01-01T00:00:00Z') nor a duration "
+            f"from ingestion ('1 day', '30 days')"
+        ) from None
+    if seconds > MAX_OFFSET_DAYS * 86400:
+        raise ValueError(f"{text!r} is more than {MAX_OFFSET_DAYS} days from ingestion")
+    return Bound(text, seconds=-seconds if before else seconds)
+
+
+def _absolute(text: str, at: datetime) -> Bound:
+    at = at if at.tzinfo else at.replace(tzinfo=UTC)
+    if not EARLIEST <= at <= LATEST:
+        raise ValueError(f"{text!r} is outside the years 0001 to 9999 that readers can hold")
+    return Bound(text, at=at.astimezone(UTC))
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The accepted range of event times; either end may be open (then years 0001..9999 hold)."""
+
+    not_before: Bound | None = None
+    not_after: Bound | None = None
+
+    def describe(self) -> str:
+        low = self.not_before.describe() if self.not_before else iso(EARLIEST)
+        high = self.not_after.describe() if self.not_after else iso(LATEST)
+        return f"{low} to {high}"
+
+    def contains(self, when: datetime | None, ingested_at: datetime) -> bool:
+        """Would a record with this event time be accepted? (None: beyond year 9999.)"""
+        if when is None:
+            return False
+        low = self.not_before.moment(ingested_at) if self.not_before else EARLIEST
+        high = self.not_after.moment(ingested_at) if self.not_after else LATEST
+        return low <= when <= high
+
+    def outside_sql(self, ts: str) -> str:
+        """True when the timestamp ``ts`` is outside the range (it is never NULL here)."""
+        low = self.not_before.sql() if self.not_before else f"timestamp_micros({_micros(EARLIEST)})"
+        high = self.not_after.sql() if self.not_after else f"timestamp_micros({_micros(LATEST)})"
+        return f"({ts} < {low} OR {ts} > {high})"

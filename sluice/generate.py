@@ -24,7 +24,16 @@ from sluice import quarantine as q
 from sluice.schema import Array, Atomic, DataType, Map, Struct
 from sluice.spec import Pipeline
 
-BAD_KINDS = ("malformed", "not_object", "missing_required", "type_mismatch", "bad_event_time", "tombstone")
+BAD_KINDS = (
+    "malformed",
+    "not_object",
+    "missing_required",
+    "type_mismatch",
+    "bad_event_time",
+    "event_time_out_of_range",
+    "not_utf8",
+    "tombstone",
+)
 
 
 @dataclass(frozen=True)
@@ -37,6 +46,7 @@ class Record:
     event: dict[str, Any] | None = None  # the event as sent, for a good record
 
 
+EPOCH_SCALE = {"epoch_seconds": 1, "epoch_millis": 1000, "epoch_micros": 1_000_000}
 _JAVA_TO_STRFTIME = [("yyyy", "%Y"), ("MM", "%m"), ("dd", "%d"), ("HH", "%H"), ("mm", "%M"), ("ss", "%S")]
 
 
@@ -151,7 +161,45 @@ class EventGenerator:
                 kind,
                 q.bad_event_time(self.event_field, str(raw), self.event_format),
             )
+        if kind == "event_time_out_of_range":
+            raw = self._absurd_time()
+            _set(event, self.event_field, raw)
+            accepted = self.pipeline.accepted_times.describe()
+            return Record(json.dumps(event).encode(), kind, q.out_of_range(self.event_field, str(raw), accepted))
+        if kind == "not_utf8":
+            encoded = json.dumps(event).encode()
+            return Record(encoded[:-1] + b', "note": "caf\xe9 \xff"}', kind, q.NOT_UTF8)  # Latin-1 bytes, not UTF-8
         raise ValueError(f"unknown bad record kind {kind!r}; known: {', '.join(BAD_KINDS)}")
+
+    def _absurd_time(self) -> Any:
+        return self.rng.choice(self._absurd_times())
+
+    def _absurd_times(self) -> list[Any]:
+        """Event times that parse but the pipeline does not accept: years 2999, 0001, +99999 (or,
+        in an int field, 1901), whichever its bounds refuse (a continuous branch takes 2999)."""
+        fmt = self.event_format
+        moments: list[datetime | None] = [datetime(2999, 12, 31, tzinfo=UTC), datetime(1, 1, 1, tzinfo=UTC)]
+        f = self.pipeline.schema.find(self.event_field)
+        int_field = f is not None and isinstance(f.type, Atomic) and f.type.name == "integer"
+        if int_field:
+            moments = [datetime(1970, 1, 1, tzinfo=UTC) - timedelta(seconds=2**31)]  # fits an int
+        if fmt == "iso8601":
+            moments.append(None)  # +99999-01-01: Spark reads it, no date type elsewhere can
+        out: list[Any] = []
+        for when in moments:
+            if self.pipeline.accepted_times.contains(when, self.now):
+                continue
+            if when is None:
+                out.append("+99999-01-01T00:00:00Z")
+            elif fmt in EPOCH_SCALE:
+                seconds = int((when - datetime(1970, 1, 1, tzinfo=UTC)).total_seconds())
+                out.append(seconds if int_field else seconds * EPOCH_SCALE[fmt])
+            else:
+                pattern = "%Y-%m-%dT%H:%M:%SZ" if fmt == "iso8601" else fmt
+                for java, py in _JAVA_TO_STRFTIME:
+                    pattern = pattern.replace(java, py)
+                out.append(when.strftime(pattern.replace("%Y", f"{when.year:04d}")))  # strftime writes year 1 as '1'
+        return out
 
     def _applies(self, kind: str) -> bool:
         if kind == "missing_required":
@@ -162,6 +210,15 @@ class EventGenerator:
             f = self.pipeline.schema.find(self.event_field)
             # An epoch in an int field cannot be out of range without also not fitting the type.
             return f is not None and not (isinstance(f.type, Atomic) and f.type.name in ("integer", "short", "byte"))
+        if kind == "event_time_out_of_range":
+            f = self.pipeline.schema.find(self.event_field)
+            # A typed time field would refuse an absurd value as a type mismatch first.
+            typed = ("timestamp", "timestamp_ntz", "date", "short", "byte")
+            return (
+                f is not None
+                and not (isinstance(f.type, Atomic) and f.type.name in typed)
+                and bool(self._absurd_times())
+            )
         return True
 
     def _required_paths(self) -> list[str]:

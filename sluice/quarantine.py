@@ -7,6 +7,7 @@ of these reasons (first match wins):
 reason starts with          when
 ==========================  ==========================================================
 ``empty record``            the Kafka message has no value (a tombstone)
+``not UTF-8``               the value has bytes that are not UTF-8 text
 ``not JSON``                the value is blank
 ``malformed JSON``          the value does not parse as JSON
 ``not a JSON object``       it parses, but to an array, string, number, boolean or null
@@ -15,7 +16,12 @@ reason starts with          when
 ``missing required field``  a non-nullable field of the schema is absent or null
 ``missing event time``      the event-time field is absent or null
 ``bad event time``          the event-time field does not parse in the declared format
+``event time out of range`` it parses, but outside ``event_time.accept``
 ==========================  ==========================================================
+
+``raw_value`` keeps the record's bytes as they came; ``raw_text`` is always valid UTF-8
+(each invalid byte of a ``not UTF-8`` record becomes U+FFFD there), so every reader can
+open the quarantine table.
 
 The texts come from the functions below, which the synthetic generator also uses to
 predict the reason of each bad record it makes, so tests compare reason for reason.
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import re
 
+from sluice.eventtime import Bounds
 from sluice.flatten import PARSED, quote
 from sluice.schema import DataType, Struct
 
@@ -35,6 +42,7 @@ CORRUPT = "__corrupt"
 EVENT_TS = "__event_ts"
 
 EMPTY_VALUE = "empty record: the Kafka message has no value"
+NOT_UTF8 = "not UTF-8: the value has bytes that are not UTF-8 text (raw_value keeps them)"
 BLANK = "not JSON: the value is blank"
 MALFORMED = "malformed JSON"
 UNFIT = "type mismatch: a value does not fit the schema"
@@ -62,6 +70,10 @@ def missing_event_time(field: str) -> str:
 
 def bad_event_time(field: str, raw: str, fmt: str) -> str:
     return f"bad event time: {field}={raw} is not {fmt}"
+
+
+def out_of_range(field: str, raw: str, accepted: str) -> str:
+    return f"event time out of range: {field}={raw} (accepted {accepted})"
 
 
 # --- SQL -------------------------------------------------------------------------------
@@ -100,7 +112,12 @@ def _nodes(struct: Struct, path: str = "", expr: str = PARSED) -> list[tuple[str
     return out
 
 
-def reason_sql(schema: Struct, event_field: str, event_format: str) -> str:
+def raw_text_sql() -> str:
+    """The record's value as text that is always valid UTF-8 (``raw_value`` keeps the bytes)."""
+    return f"make_valid_utf8({JSON})"
+
+
+def reason_sql(schema: Struct, event_field: str, event_format: str, accepted: Bounds) -> str:
     """A Spark SQL expression that is NULL for a good record and the reason otherwise.
 
     It reads the columns ``__value`` (Kafka value), ``__json`` (value as string),
@@ -136,9 +153,11 @@ def reason_sql(schema: Struct, event_field: str, event_format: str) -> str:
     event_jp = json_path(event_field) or "$"
     raw_event = f"coalesce(get_json_object({JSON}, {lit(event_jp)}), '?')"
     prefix_bad, suffix_bad = bad_event_time(event_field, "\x00", event_format).split("\x00")
+    prefix_range, suffix_range = out_of_range(event_field, "\x00", accepted.describe()).split("\x00")
 
     return f"""CASE
   WHEN {VALUE} IS NULL THEN {lit(EMPTY_VALUE)}
+  WHEN NOT is_valid_utf8({JSON}) THEN {lit(NOT_UTF8)}
   WHEN {PARSED} IS NULL THEN {lit(BLANK)}
   WHEN {PARSED}.{CORRUPT} IS NOT NULL THEN CASE
     WHEN {variant} IS NULL THEN {lit(MALFORMED)}
@@ -148,4 +167,5 @@ def reason_sql(schema: Struct, event_field: str, event_format: str) -> str:
   WHEN {missing_list} != '' THEN concat({lit(missing_required([]))}, {missing_list})
   WHEN {EVENT_TS} IS NULL AND {event_expr} IS NULL THEN {lit(missing_event_time(event_field))}
   WHEN {EVENT_TS} IS NULL THEN concat({lit(prefix_bad)}, {raw_event}, {lit(suffix_bad)})
+  WHEN {accepted.outside_sql(EVENT_TS)} THEN concat({lit(prefix_range)}, {raw_event}, {lit(suffix_range)})
 END"""

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from datetime import date, datetime
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -129,11 +130,47 @@ class Source(StrictModel):
         return opts | dict(self.options)
 
 
+class Accept(StrictModel):
+    """Which event times are believable; a record outside is quarantined with the reason
+    ``event time out of range``. Each end is a date or date-time (UTC unless it says
+    otherwise), a duration from the ingestion time ('1 day' after it, '30 days' before it),
+    or null for no bound (years 0001 to 9999 are always the limit: what readers can hold)."""
+
+    # YAML reads 1970-01-01 as a date and a time with an offset as a datetime: keep both whole.
+    not_before: str | datetime | date | None = "1970-01-01"
+    not_after: str | datetime | date | None = "1 day"
+
+    @field_validator("not_before", "not_after", mode="after")
+    @classmethod
+    def _bound(cls, v: str | date | None, info: Any) -> str | None:
+        if v is None:
+            return None
+        return eventtime.parse_bound(v, before=info.field_name == "not_before").text
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Accept:
+        low, high = self.bounds().not_before, self.bounds().not_after
+        if low and high and low.at and high.at and low.at >= high.at:
+            raise ValueError(f"not_before ({low.text}) must be earlier than not_after ({high.text})")
+        return self
+
+    def bounds(self, continuous: bool = False) -> eventtime.Bounds:
+        """The range; a continuous branch has no current time, so it drops a relative bound it
+        did not ask for (one it asked for is refused when the spec loads)."""
+
+        def bound(name: str, value: str | date | None) -> eventtime.Bound | None:
+            b = None if value is None else eventtime.parse_bound(value, before=name == "not_before")
+            return None if b is not None and b.relative and continuous else b
+
+        return eventtime.Bounds(bound("not_before", self.not_before), bound("not_after", self.not_after))
+
+
 class EventTime(StrictModel):
-    """The field that carries the event's time, and how to read it."""
+    """The field that carries the event's time, how to read it, and which times to accept."""
 
     field: str = Field(min_length=1)
     format: str = "iso8601"
+    accept: Accept = Accept()
 
     @field_validator("format")
     @classmethod
@@ -315,6 +352,14 @@ class PipelineSpec(StrictModel):
             raise ValueError(
                 "trigger: a continuous branch has no micro-batch trigger; set continuous.checkpoint_interval"
             )
+        accept = self.event_time.accept
+        for end in ("not_before", "not_after"):
+            bound = getattr(accept.bounds(), end)
+            if end in accept.model_fields_set and bound is not None and bound.relative:
+                raise ValueError(
+                    f"event_time.accept.{end}: {bound.text!r} is relative to the ingestion time, and continuous processing "
+                    "has no current time; give a date, or null"
+                )
         c = self.continuous or Continuous()
         for field, expr in [
             ("continuous.filter", c.filter),
@@ -390,6 +435,11 @@ class Pipeline:
     def backfill_checkpoint_path(self, backfill_id: str) -> str:
         """Each backfill is its own available-now query, so it has its own checkpoint."""
         return f"{self.checkpoint_path.rstrip('/')}_backfills/{backfill_id}"
+
+    @property
+    def accepted_times(self) -> eventtime.Bounds:
+        """The event times this pipeline accepts (a continuous branch has no relative bounds)."""
+        return self.spec.event_time.accept.bounds(continuous=self.spec.mode == "continuous")
 
     @property
     def quarantine_table(self) -> str:

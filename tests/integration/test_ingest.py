@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +12,10 @@ import pytest
 
 from jobs.ingest import CheckpointMismatch, start
 from jobs.sinks import read_table
+from sluice import quarantine as q
 from sluice.generate import EventGenerator, Record
 from sluice.produce import send, synthetic
-from tests.fixtures import audit_totals, make_pipeline, new_topic, run_available_now
+from tests.fixtures import audit_totals, make_pipeline, new_topic, read_without_spark, run_available_now
 
 pytestmark = pytest.mark.integration
 
@@ -135,3 +136,59 @@ def test_exploded_arrays_keep_one_row_per_element_and_records_reconcile(spark, b
     assert table.select("_kafka_offset").distinct().count() == 30
     totals = audit_totals(pipeline)
     assert totals["records_out"] == 30
+
+
+@pytest.mark.parametrize("fmt", ["delta", "parquet"])
+def test_absurd_event_times_and_non_utf8_values_are_quarantined_so_every_reader_opens_the_tables(
+    spark, broker, tmp_path, fmt
+) -> None:
+    topic = new_topic(broker, partitions=1)
+    pipeline = make_pipeline(
+        tmp_path,
+        topic,
+        schema="payment/v1.json",
+        event_time={"field": "created_at", "format": "iso8601"},
+        sink={"format": fmt},
+    )
+    now = datetime.now(UTC)
+
+    def at(delta: timedelta) -> str:
+        return (now + delta).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    accepted = "1970-01-01T00:00:00Z to 1 day after ingestion"
+    times = {  # event time -> accepted?
+        "+99999-01-01T00:00:00Z": False,
+        "0001-01-01T00:00:00Z": False,
+        "2999-12-31T00:00:00Z": False,
+        "1969-12-31T23:59:59Z": False,
+        at(timedelta(days=2)): False,
+        "1970-01-01T00:00:00Z": True,
+        at(timedelta(hours=-1)): True,
+        at(timedelta(hours=12)): True,
+    }
+    base = {"payment_id": "p", "amount": 10.5, "currency": "EUR", "card": {"id": "c1"}}
+    records = [Record(json.dumps(base | {"created_at": t}).encode(), "x", None) for t in times]
+    gen = EventGenerator(pipeline, seed=8)
+    latin1 = [gen.bad("not_utf8") for _ in range(10)]
+    send(broker.bootstrap, topic, records + latin1)
+    run_available_now(spark, pipeline)
+
+    out = read_without_spark(fmt, pipeline.sink_path)  # delta-rs failed here on date=+99999-01-01
+    assert sorted(out.column("_kafka_offset").to_pylist()) == [i for i, ok in enumerate(times.values()) if ok]
+    assert {str(d) for d in out.column("date").to_pylist()} <= {
+        str((now + timedelta(hours=h)).date()) for h in (-1, 0, 12)
+    } | {"1970-01-01"}
+
+    quarantine = read_without_spark(fmt, pipeline.quarantine_path)
+    quarantine.validate(full=True)  # every string column is valid UTF-8
+    by_offset = {r["_kafka_offset"]: r for r in quarantine.to_pylist()}
+    for offset, (ts, ok) in enumerate(times.items()):
+        if not ok:
+            assert by_offset[offset]["reason"] == f"event time out of range: created_at={ts} (accepted {accepted})"
+    for offset, record in enumerate(latin1, start=len(times)):
+        row = by_offset[offset]
+        assert row["reason"] == q.NOT_UTF8
+        assert row["raw_value"] == record.value  # the bytes as they came
+        assert "\ufffd" in row["raw_text"] and row["raw_text"].isprintable()
+    assert len(by_offset) == quarantine.num_rows == 15
+    assert audit_totals(pipeline) == {"records_in": 18, "records_out": 3, "records_quarantined": 15}

@@ -64,6 +64,16 @@ def test_each_bad_kind_predicts_its_reason(signals, kind) -> None:
     elif kind == "bad_event_time":
         assert json.loads(rec.value)["timestamp"] == 10**18
         assert rec.reason == "bad event time: timestamp=1000000000000000000 is not epoch_seconds"
+    elif kind == "event_time_out_of_range":
+        ts = json.loads(rec.value)["timestamp"]
+        assert ts in (32503593600, -62135596800)
+        assert rec.reason == (
+            f"event time out of range: timestamp={ts} (accepted 1970-01-01T00:00:00Z to 1 day after ingestion)"
+        )
+    elif kind == "not_utf8":
+        with pytest.raises(UnicodeDecodeError):
+            rec.value.decode("utf-8")
+        assert rec.reason == q.NOT_UTF8
 
 
 def test_iso_event_times_for_payments() -> None:
@@ -72,3 +82,9 @@ def test_iso_event_times_for_payments() -> None:
     assert datetime.fromisoformat(event["created_at"]).tzinfo is not None
     assert event["currency"] in {"EUR", "USD", "GBP", "CHF", "JPY"}
     assert gen.bad("bad_event_time").reason == "bad event time: created_at=not-a-time is not iso8601"
+    absurd = gen.bad("event_time_out_of_range")
+    assert json.loads(absurd.value)["created_at"] in (
+        "2999-12-31T00:00:00Z",
+        "0001-01-01T00:00:00Z",
+        "+99999-01-01T00:00:00Z",
+    )

@@ -1,7 +1,10 @@
 from __future__ import annotations
 
 from sluice import quarantine as q
+from sluice.eventtime import Bounds, parse_bound
 from sluice.schema import parse_ddl
+
+DEFAULT = Bounds(parse_bound("1970-01-01", before=True), parse_bound("1 day", before=False))
 
 
 def test_reason_texts() -> None:
@@ -9,6 +12,9 @@ def test_reason_texts() -> None:
     assert q.type_mismatch([q.mismatch_item("a.b", "bigint")]) == "type mismatch: a.b (expected bigint)"
     assert q.missing_required(["id", "device.id"]) == "missing required field: id, device.id"
     assert q.bad_event_time("ts", "x", "iso8601") == "bad event time: ts=x is not iso8601"
+    assert q.out_of_range("ts", "+99999-01-01T00:00:00Z", DEFAULT.describe()) == (
+        "event time out of range: ts=+99999-01-01T00:00:00Z (accepted 1970-01-01T00:00:00Z to 1 day after ingestion)"
+    )
 
 
 def test_sql_literals_escape_quotes_and_backslashes() -> None:
@@ -24,11 +30,12 @@ def test_json_paths() -> None:
 
 def test_reason_sql_checks_in_order_and_guards_nested_required_fields() -> None:
     s = parse_ddl("ts BIGINT NOT NULL, device STRUCT<id: STRING NOT NULL>, n INT")
-    sql = q.reason_sql(s, "ts", "epoch_seconds")
+    sql = q.reason_sql(s, "ts", "epoch_seconds", DEFAULT)
     order = [
         sql.index(x)
         for x in (
             q.EMPTY_VALUE,
+            q.NOT_UTF8,
             q.BLANK,
             q.MALFORMED,
             "not a JSON object",
@@ -36,6 +43,7 @@ def test_reason_sql_checks_in_order_and_guards_nested_required_fields() -> None:
             "missing required field: ",
             "missing event time: ts",
             "bad event time: ts=",
+            "event time out of range: ts=",
         )
     ]
     assert order == sorted(order)

@@ -178,3 +178,29 @@ def test_a_bad_schedule_is_a_spec_error_not_a_broken_dag_file(tmp_path, section:
 )
 def test_durations(text: str, seconds: float) -> None:
     assert duration_seconds(text) == seconds
+
+
+def test_event_times_are_bounded_by_default_and_bounds_are_checked(tmp_path) -> None:
+    p = load_pipeline(write(tmp_path, GOOD))
+    assert p.accepted_times.describe() == "1970-01-01T00:00:00Z to 1 day after ingestion"
+    custom = GOOD.replace(
+        "format: epoch_seconds}",
+        "format: epoch_seconds, accept: {not_before: 30 days, not_after: 2100-01-01T00:00:00+01:00}}",
+    )
+    assert load_pipeline(write(tmp_path, custom)).accepted_times.describe() == (
+        "30 days before ingestion to 2099-12-31T23:00:00Z"
+    )
+    open_ended = GOOD.replace("format: epoch_seconds}", "format: epoch_seconds, accept: {not_before: null}}")
+    assert load_pipeline(write(tmp_path, open_ended)).accepted_times.describe() == (
+        "0001-01-01T00:00:00Z to 1 day after ingestion"
+    )
+    for accept, message in (
+        ("{not_after: +99999-01-01}", "neither a date or date-time"),
+        ("{not_after: 10000-01-01}", "neither a date or date-time"),
+        ("{not_before: 2020-01-01, not_after: 2019-01-01}", "must be earlier than not_after"),
+        ("{not_after: soon}", "nor a duration from ingestion"),
+    ):
+        bad = GOOD.replace("format: epoch_seconds}", f"format: epoch_seconds, accept: {accept}}}")
+        with pytest.raises(SpecError, match=message) as err:
+            load_pipeline(write(tmp_path, bad))
+        assert err.value.field.startswith("event_time.accept")
