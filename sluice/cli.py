@@ -28,7 +28,7 @@ from sluice.continuous import ContinuousError
 from sluice.generate import EventGenerator
 from sluice.locks import Claimed
 from sluice.produce import ProduceError, ProduceReport, read_ndjson, send, synthetic
-from sluice.spec import Pipeline, SpecError, all_pipelines, duration_seconds, load_pipeline
+from sluice.spec import Pipeline, SpecError, all_pipelines, duration_seconds, load_pipeline, valid_pipelines
 from sluice.submit import (
     check_continuous_slots,
     default_master,
@@ -55,6 +55,10 @@ SpecArg = Annotated[str, typer.Argument(help="A spec file, or a pipeline name fr
 Bootstrap = Annotated[
     str | None, typer.Option("--bootstrap", help="Kafka bootstrap servers [default: the embedded broker].")
 ]
+
+
+def warn(message: str) -> None:
+    console.print(f"[yellow]warning:[/] {message}", soft_wrap=True)
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -471,13 +475,12 @@ def sql(
     from jobs.session import local_session
     from jobs.sql import register_tables
 
-    try:
-        pipelines = all_pipelines()
-    except SpecError as exc:
-        fail(str(exc))
+    pipelines, invalid = valid_pipelines()
+    for exc in invalid:
+        warn(f"skipping a spec: {exc}")
     with console.status("starting Spark"):
         spark = local_session("sluice-sql")
-        views = register_tables(spark, pipelines)
+        views = register_tables(spark, pipelines, warn)
     try:
         _show(spark.sql(query), limit)
     except Exception as exc:  # AnalysisException, ParseException: show Spark's message
@@ -551,7 +554,7 @@ def _demo_report(pipelines: list[Pipeline]) -> None:
 
     with console.status("starting Spark for the report"):
         spark = local_session("sluice-demo-report")
-        register_tables(spark, pipelines)
+        register_tables(spark, pipelines, warn)
     try:
         for p in pipelines:
             col = p.spec.date_partition.column

@@ -602,5 +602,19 @@ def load_pipeline(name_or_path: str | Path) -> Pipeline:
 
 
 def all_pipelines() -> list[Pipeline]:
-    """Every spec in the pipelines folder, validated."""
+    """Every spec in the pipelines folder, validated (the first invalid one raises)."""
     return [load_pipeline(p) for p in sorted(config.pipelines_dir().glob("*.yaml"))]
+
+
+def valid_pipelines() -> tuple[list[Pipeline], list[SpecError]]:
+    """Every spec in the pipelines folder that validates, and the errors of those that do not
+    (or cannot be read): for commands that serve the good ones and report the rest."""
+    good, bad = [], []
+    for path in sorted(config.pipelines_dir().glob("*.yaml")):
+        try:
+            good.append(load_pipeline(path))
+        except SpecError as exc:
+            bad.append(exc)
+        except (OSError, UnicodeDecodeError) as exc:
+            bad.append(SpecError(path, "", f"cannot read it: {exc}"))
+    return good, bad

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -73,6 +74,16 @@ def test_produce_run_audit_and_sql_from_the_command_line(broker, tmp_path: Path)
     )
     spec["source"]["topics"] = [topic]
     (pipelines / "cli_signals.yaml").write_text(yaml.safe_dump(spec))
+    # Beside it, every shipped spec (continuous branches write Kafka topics, not tables), one
+    # that does not validate, and one whose table cannot be read: queries must still run.
+    for shipped in (ROOT / "pipelines").glob("*.yaml"):
+        shutil.copy(shipped, pipelines / shipped.name)
+    (pipelines / "broken.yaml").write_text("name: broken\nsink: {format: csv}\n")
+    broken_log = tmp_path / "garbled" / "_delta_log"
+    broken_log.mkdir(parents=True)
+    (broken_log / "00000000000000000000.json").write_text("not a delta log\n")
+    garbled = spec | {"name": "garbled", "sink": {"format": "delta", "path": str(tmp_path / "garbled")}}
+    (pipelines / "garbled.yaml").write_text(yaml.safe_dump(garbled | {"checkpoint": str(tmp_path / "g")}))
     env = {"SLUICE_PIPELINES": str(pipelines)}
 
     status = sluice("kafka", "status")
@@ -93,6 +104,11 @@ def test_produce_run_audit_and_sql_from_the_command_line(broker, tmp_path: Path)
         "sql", "SELECT count(*) AS n, count(DISTINCT _kafka_offset, _kafka_partition) AS d FROM cli_signals", env=env
     )
     assert counted.returncode == 0, counted.stdout + counted.stderr[-2000:]
+    warnings = [line for line in counted.stdout.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 2, counted.stdout
+    assert "skipping a spec: " in warnings[0] and "broken.yaml" in warnings[0]
+    assert warnings[1].startswith("warning: garbled: cannot read the delta table at")
+    assert "Traceback" not in counted.stdout + counted.stderr
     bad = sluice("sql", "SELECT count(*) AS q FROM cli_signals_quarantine", env=env)
     rows_out = int(counted.stdout.split("│")[-3].strip())
     quarantined = int(bad.stdout.split("│")[-2].strip())
