@@ -38,9 +38,9 @@ from pyspark.sql.streaming import StreamingQuery
 from jobs import continuous, expectations, hadoopfs
 from jobs.backfill import Backfill, drop_present
 from jobs.parse import REASON, flat_rows, parse, quarantine_rows, read_kafka
-from jobs.sinks import BatchSink, DeltaSink, ParquetSink
+from jobs.sinks import BatchSink, DeltaSink, ParquetSink, table_shape
 from jobs.status import StatusReporter
-from sluice import locks
+from sluice import compatibility, locks
 from sluice.continuous import ContinuousError
 from sluice.spec import Pipeline, SpecError, Trigger, load_pipeline
 
@@ -208,6 +208,7 @@ def start(
     spark: SparkSession, pipeline: Pipeline, available_now: bool = False, backfill: Backfill | None = None
 ) -> StreamingQuery:
     """Start the pipeline's streaming query (or one backfill's) and return it."""
+    compatibility.check(pipeline, lambda fmt, path: table_shape(spark, fmt, path))
     if backfill is None:
         check_checkpoint(spark, pipeline)
         trigger = {"availableNow": True} if available_now else pipeline.spec.trigger.spark_kwargs()
@@ -346,7 +347,7 @@ def drive(pipeline: Pipeline, backfill: Backfill | None, available_now: bool, pr
             error = continuous.run(spark, pipeline, stop, reporter)
         else:
             error = run(spark, pipeline, available_now, stop, backfill, reporter)
-    except (CheckpointMismatch, ContinuousError) as exc:
+    except (CheckpointMismatch, ContinuousError, compatibility.IncompatibleTable) as exc:
         if reporter is not None:
             reporter.report("failed", error=str(exc))
         log.error("%s", exc)

@@ -18,7 +18,7 @@ from typing import Protocol
 from pyspark.sql import DataFrame, SparkSession
 
 from jobs import hadoopfs
-from sluice import parquet_log
+from sluice import compatibility, parquet_log
 
 log = logging.getLogger("sluice.sinks")
 
@@ -108,19 +108,10 @@ class ParquetSink:
         return table_exists(self.spark, "parquet", self.path)
 
     def _read(self, commits: range) -> list[parquet_log.Entry]:
-        entries = []
-        for commit in commits:
-            path = f"{self.log_dir}/{parquet_log.file_name(commit)}"
-            entries += parquet_log.parse(hadoopfs.read_text(self.spark, path), path)
-        return parquet_log.live(entries)
+        return _read_log(self.spark, self.log_dir, commits)
 
     def _committed_batch(self) -> int:
-        names = hadoopfs.list_names(self.spark, self.log_dir)
-        newest = parquet_log.latest(names)
-        if newest is None:
-            return -1
-        parquet_log.check_interval(names)
-        found = parquet_log.last_batch(self._read(parquet_log.needed(newest)), self.writer)
+        found = parquet_log.last_batch(committed_files(self.spark, self.path), self.writer)
         return -1 if found is None else found
 
     def _undo(self, attempt: str, batch_id: int) -> None:
@@ -157,6 +148,42 @@ class ParquetSink:
             commit = parquet_log.commit_number(name)
             if commit is not None and commit < compaction - 2 * parquet_log.COMPACT_INTERVAL:
                 hadoopfs.delete(self.spark, f"{self.log_dir}/{name}")
+
+
+def _read_log(spark: SparkSession, log_dir: str, commits: range) -> list[parquet_log.Entry]:
+    entries = []
+    for commit in commits:
+        path = f"{log_dir}/{parquet_log.file_name(commit)}"
+        entries += parquet_log.parse(hadoopfs.read_text(spark, path), path)
+    return parquet_log.live(entries)
+
+
+def committed_files(spark: SparkSession, table: str) -> list[parquet_log.Entry]:
+    """The files a Parquet table's log lists (on any filesystem Hadoop reaches)."""
+    log_dir = f"{table.rstrip('/')}/{parquet_log.LOG_DIR}"
+    names = hadoopfs.list_names(spark, log_dir)
+    newest = parquet_log.latest(names)
+    if newest is None:
+        return []
+    parquet_log.check_interval(names)
+    return _read_log(spark, log_dir, parquet_log.needed(newest))
+
+
+def table_shape(spark: SparkSession, fmt: str, path: str) -> compatibility.Shape | None:
+    """The columns and partitioning of the table at ``path`` (None if it has no data yet)."""
+    if not table_exists(spark, fmt, path):
+        return None
+    if fmt == "delta":
+        from delta.tables import DeltaTable
+
+        detail = DeltaTable.forPath(spark, path).detail().first()
+        schema = spark.read.format("delta").load(path).schema.json()
+        return compatibility.shape_from_spark_schema(schema, list(detail["partitionColumns"]) if detail else [])
+    entries = committed_files(spark, path)
+    if not entries:
+        return None
+    schema = spark.read.parquet(entries[0].path).schema.json()  # one file: its footer's schema, no partitions
+    return compatibility.shape_from_spark_schema(schema, parquet_log.partition_columns(entries))
 
 
 def table_exists(spark: SparkSession, fmt: str, path: str) -> bool:

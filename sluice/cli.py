@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from sluice import config, supervise
+from sluice import compatibility, config, supervise
 from sluice.airflow_env import airflow_binary, airflow_env
 from sluice.backfill import BackfillError
 from sluice.backfill import plan as plan_backfill
@@ -339,16 +339,35 @@ def airflow(ctx: typer.Context) -> None:
 def check(
     specs: Annotated[list[str] | None, typer.Argument(help="Specs [default: all in pipelines/].")] = None,
 ) -> None:
-    """Validate specs and show the columns each one writes."""
+    """Validate specs, show the columns each one writes, and compare them with its tables.
+
+    Exits 2 when a spec is invalid, 1 when a valid spec no longer matches a table it
+    already wrote (a column's type, the partitioning, a column added or removed).
+    """
     try:
         pipelines = [load_pipeline(s) for s in specs] if specs else all_pipelines()
     except SpecError as exc:
         fail(str(exc))
+    mismatched = 0
     for p in pipelines:
         table = Table("column", "from", "type", title=f"{p.name}  ({p.spec.sink.format} -> {p.sink_path})")
         for c in p.plan.columns:
             table.add_row(c.name, c.source, c.type.sql())
         console.print(table)
+        if p.spec.sink.format == "kafka":
+            continue
+        if not (compatibility.is_local(p.sink_path) and compatibility.is_local(p.quarantine_path)):
+            console.print("tables: not on this machine; the job compares them when it starts")
+            continue
+        try:
+            compatibility.check(p, compatibility.read_local)
+        except compatibility.IncompatibleTable as exc:
+            console.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
+            mismatched += 1
+        except (ValueError, OSError) as exc:
+            warn(f"{p.name}: could not read its tables to compare them: {exc}")
+    if mismatched:
+        fail(f"{mismatched} spec(s) do not match their tables", 1)
     console.print(f"[green]{len(pipelines)} spec(s) valid[/]")
 
 

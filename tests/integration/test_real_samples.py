@@ -11,7 +11,8 @@ import json
 import pytest
 import yaml
 
-from jobs.sinks import read_table
+from jobs.sinks import read_table, table_shape
+from sluice import compatibility
 from sluice.produce import read_ndjson, send
 from tests.conftest import ROOT, require_real_data
 from tests.fixtures import audit_totals, make_pipeline, new_topic, run_available_now
@@ -34,6 +35,9 @@ def replay_spec(tmp_path, broker, shipped: str, schema: str):
 
 
 def assert_nothing_quarantined(spark, pipeline, expected_in: int) -> None:
+    # The table is what the spec predicts, as Spark and as delta-rs/pyarrow read it.
+    for read in (compatibility.read_local, lambda fmt, path: table_shape(spark, fmt, path)):
+        compatibility.check(pipeline, read)
     totals = audit_totals(pipeline)
     if totals["records_quarantined"]:
         rows = read_table(spark, pipeline.spec.sink.format, pipeline.quarantine_path).groupBy("reason").count()

@@ -1,0 +1,142 @@
+"""Can a spec write to the table that is already there? Checked before anything is written.
+
+A table keeps the columns and the partitioning of its first write. A spec changed since
+then (a column's type, a renamed date column, a field added or removed) would otherwise be
+found out late: Delta refuses the first write with a stack trace, and Parquet accepts it,
+leaving files Spark then cannot read together (``PARQUET_COLUMN_DATA_TYPE_MISMATCH``).
+
+:func:`expected` is what the spec writes, worked out from the spec alone; a table's actual
+shape comes from its own log: Delta's schema and partition columns, or for Parquet the
+Spark schema Spark stores in each file's footer and the ``name=value`` folders. The job
+reads it through Spark (any filesystem), ``sluice check`` through delta-rs and pyarrow
+(:func:`read_local`); both compare with :func:`differences`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from sluice import flatten
+from sluice.schema import SchemaError, parse_json_schema
+from sluice.spec import Pipeline
+
+#: Spark keeps the writer's schema in every Parquet file's footer under this key.
+SPARK_SCHEMA_KEY = b"org.apache.spark.sql.parquet.row.metadata"
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A table's columns (name -> Spark SQL type; None where only the name is known, as for
+    Parquet's partition folders) and its partition columns."""
+
+    columns: dict[str, str | None]
+    partition_by: list[str]
+
+
+def _lineage() -> dict[str, str | None]:
+    return {
+        flatten.KAFKA_TOPIC: "string",
+        flatten.KAFKA_PARTITION: "int",
+        flatten.KAFKA_OFFSET: "bigint",
+        flatten.KAFKA_TIMESTAMP: "timestamp",
+    }
+
+
+def expected(pipeline: Pipeline) -> tuple[Shape, Shape]:
+    """The output table and the quarantine table this spec writes."""
+    date = pipeline.spec.date_partition.column
+    out: dict[str, str | None] = {c.name: c.type.sql() for c in pipeline.plan.columns}
+    out |= _lineage() | {flatten.EVENT_TIME: "timestamp", flatten.INGESTED_AT: "timestamp", date: "date"}
+    quarantine: dict[str, str | None] = {"raw_key": "binary", "raw_value": "binary", "raw_text": "string"}
+    quarantine |= _lineage() | {"reason": "string", flatten.INGESTED_AT: "timestamp", date: "date"}
+    return Shape(out, [date]), Shape(quarantine, [date])
+
+
+def shape_from_spark_schema(schema_json: str, partition_by: list[str]) -> Shape:
+    """A shape from Spark's StructType JSON (Delta's schemaString, a Parquet footer, df.schema.json())."""
+    try:
+        struct = parse_json_schema(schema_json, "the table's schema")
+    except SchemaError as exc:
+        raise ValueError(str(exc)) from None
+    columns: dict[str, str | None] = {f.name: f.type.sql() for f in struct.fields}
+    for name in partition_by:  # Parquet keeps partition values in folder names only
+        columns.setdefault(name, None)
+    return Shape(columns, list(partition_by))
+
+
+def differences(want: Shape, found: Shape) -> list[str]:
+    """What the spec would change, one line per column (names compared as Spark does, ignoring case)."""
+    problems = []
+    if [p.lower() for p in want.partition_by] != [p.lower() for p in found.partition_by]:
+        problems.append(
+            f"partitioning: the table is partitioned by {', '.join(found.partition_by) or 'nothing'}, "
+            f"the spec by {', '.join(want.partition_by)}"
+        )
+    have = {name.lower(): (name, t) for name, t in found.columns.items()}
+    for name, wanted in want.columns.items():
+        if name.lower() not in have:
+            if name.lower() not in (p.lower() for p in found.partition_by + want.partition_by):
+                problems.append(f"column {name}: the spec adds it ({wanted}); the table has no such column")
+            continue
+        _, actual = have.pop(name.lower())
+        if actual is not None and wanted is not None and actual != wanted:
+            problems.append(f"column {name}: the table has {actual}, the spec makes {wanted}")
+    for name, actual in have.values():
+        if name.lower() not in (p.lower() for p in want.partition_by + found.partition_by):
+            problems.append(f"column {name}: the table has it ({actual}); the spec no longer makes it")
+    return problems
+
+
+class IncompatibleTable(ValueError):
+    """The spec no longer matches the table it writes to."""
+
+
+Reader = Callable[[str, str], Shape | None]
+
+
+def check(pipeline: Pipeline, read: Reader) -> None:
+    """Raise :class:`IncompatibleTable` naming every column that differs; a table that does
+    not exist yet (``read`` returns None) is fine."""
+    fmt = pipeline.spec.sink.format
+    if fmt == "kafka":
+        return
+    out, quarantine = expected(pipeline)
+    for want, path in ((out, pipeline.sink_path), (quarantine, pipeline.quarantine_path)):
+        found = read(fmt, path)
+        problems = differences(want, found) if found is not None else []
+        if problems:
+            lines = "\n".join(f"  - {p}" for p in problems)
+            raise IncompatibleTable(
+                f"{pipeline.name}: the spec does not match the {fmt} table that is already at {path}:\n{lines}\n"
+                "Nothing was written. Change the spec back to match the table, or write to a new table: set a "
+                "new sink.path and checkpoint (with starting_offsets: earliest it reads again what Kafka still holds)."
+            )
+
+
+def read_local(fmt: str, path: str) -> Shape | None:
+    """A local table's shape, without Spark (delta-rs, pyarrow); None if it has no data yet."""
+    from sluice import parquet_log
+
+    if fmt == "delta":
+        from deltalake import DeltaTable
+
+        if not DeltaTable.is_deltatable(path):
+            return None
+        table = DeltaTable(path)
+        return shape_from_spark_schema(table.schema().to_json(), list(table.metadata().partition_columns))
+    entries = parquet_log.committed_files(Path(path))
+    if not entries:
+        return None
+    import pyarrow.parquet as pq
+
+    footer = pq.read_schema(parquet_log.local_path(entries[0].path)).metadata or {}
+    if SPARK_SCHEMA_KEY not in footer:
+        raise ValueError(f"{entries[0].path} was not written by Spark (no Spark schema in its footer)")
+    return shape_from_spark_schema(footer[SPARK_SCHEMA_KEY].decode(), parquet_log.partition_columns(entries))
+
+
+def is_local(path: str) -> bool:
+    """Can :func:`read_local` reach it (a local path or ``file:`` URI)?"""
+    return path.startswith("file:") or "://" not in path

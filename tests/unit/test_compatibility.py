@@ -1,0 +1,91 @@
+"""What a spec writes, and how a change to it compares with a table already written."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sluice import compatibility as c
+from sluice.spec import load_pipeline
+
+
+def test_the_shapes_a_spec_writes() -> None:
+    out, quarantine = c.expected(load_pipeline("device_signals"))
+    assert out.partition_by == quarantine.partition_by == ["date"]
+    assert list(out.columns.items())[:3] == [
+        ("timestamp", "bigint"),
+        ("device_id", "string"),
+        ("device_type", "string"),
+    ]
+    assert out.columns["tags"] == "array<string>" and out.columns["battery"] == "int"
+    assert {k: out.columns[k] for k in ("_kafka_partition", "_kafka_offset", "_event_time", "date")} == {
+        "_kafka_partition": "int",
+        "_kafka_offset": "bigint",
+        "_event_time": "timestamp",
+        "date": "date",
+    }
+    assert quarantine.columns["raw_value"] == "binary" and quarantine.columns["reason"] == "string"
+
+
+def shape(columns: dict[str, str | None], partition_by=("date",)) -> c.Shape:
+    return c.Shape(columns, list(partition_by))
+
+
+def test_an_unchanged_table_has_no_differences_whatever_the_case_of_its_names() -> None:
+    want = shape({"amount": "double", "date": "date"})
+    assert c.differences(want, shape({"AMOUNT": "double", "date": "date"})) == []
+    assert c.differences(want, shape({"amount": "double", "date": None})) == []  # Parquet: type in folder names only
+
+
+def test_every_kind_of_change_is_named() -> None:
+    want = shape({"amount": "string", "merchant": "string", "day": "date"}, ["day"])
+    found = shape({"amount": "double", "card": "string", "date": None}, ["date"])
+    assert c.differences(want, found) == [
+        "partitioning: the table is partitioned by date, the spec by day",
+        "column amount: the table has double, the spec makes string",
+        "column merchant: the spec adds it (string); the table has no such column",
+        "column card: the table has it (string); the spec no longer makes it",
+    ]
+
+
+def test_shapes_from_spark_schemas_keep_nested_types() -> None:
+    schema = {
+        "type": "struct",
+        "fields": [
+            {"name": "n", "type": "long", "nullable": True, "metadata": {}},
+            {
+                "name": "s",
+                "type": {
+                    "type": "struct",
+                    "fields": [{"name": "x", "type": "integer", "nullable": True, "metadata": {}}],
+                },
+                "nullable": True,
+                "metadata": {},
+            },
+        ],
+    }
+    got = c.shape_from_spark_schema(json.dumps(schema), ["date"])
+    assert got.columns == {"n": "bigint", "s": "struct<x:int>", "date": None}
+    with pytest.raises(ValueError, match="unknown type"):
+        c.shape_from_spark_schema('{"type": "struct", "fields": [{"name": "a", "type": "strange"}]}', [])
+
+
+def test_check_names_the_table_and_the_way_out() -> None:
+    p = load_pipeline("device_signals")
+    out, _ = c.expected(p)
+    changed = dict(out.columns) | {"signal": "string"}
+
+    def read(fmt: str, path: str) -> c.Shape | None:
+        return shape(changed) if path == p.sink_path else None
+
+    with pytest.raises(c.IncompatibleTable) as refused:
+        c.check(p, read)
+    message = str(refused.value)
+    assert message.startswith(
+        f"device_signals: the spec does not match the delta table that is already at {p.sink_path}"
+    )
+    assert "  - column signal: the table has string, the spec makes double" in message
+    assert "Nothing was written." in message and "set a new sink.path and checkpoint" in message
+    c.check(p, lambda fmt, path: None)  # no table yet: nothing to compare
+    assert c.is_local("/data/t") and c.is_local("file:///data/t") and not c.is_local("s3a://b/t")
