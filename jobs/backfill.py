@@ -2,15 +2,18 @@
 
 A backfill is an available-now query with its own checkpoint (so the live stream's
 checkpoint is never touched), reading exactly the assigned partitions from the range's
-start offsets. Records past the range's end are filtered out before anything counts
-them. Each batch then drops the records the tables already hold, matched on
-(``_kafka_topic``, ``_kafka_partition``, ``_kafka_offset``), so a backfill over data the
-stream has written, or a second run of the same backfill, adds no duplicates.
+start offsets. Before it starts, the range is clipped to what the live stream has
+committed (see :mod:`sluice.backfill` for the rule); records past the range's end are
+filtered out before anything counts them. Each batch then drops the records the tables
+already hold, matched on (``_kafka_topic``, ``_kafka_partition``, ``_kafka_offset``), so a
+backfill over data the stream has written, or a second run of the same backfill, adds no
+duplicates.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import reduce
@@ -18,7 +21,13 @@ from functools import reduce
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from jobs import hadoopfs
 from jobs.sinks import read_table
+from sluice.backfill import clip, describe, refused_all, size
+from sluice.checkpoint import last_batch, parse_offsets
+from sluice.spec import Pipeline
+
+log = logging.getLogger("sluice.backfill")
 
 
 @dataclass(frozen=True)
@@ -46,6 +55,13 @@ class Backfill:
         )
         return opts
 
+    def clip(self, committed: dict[str, dict[int, int]]) -> tuple[Backfill, str | None]:
+        """This backfill without what the live stream has not committed, and what was refused."""
+        kept, refused = clip(self.ranges, committed)
+        if not size(refused):
+            return self, None
+        return Backfill(self.id, kept), describe(refused)
+
     def in_range(self) -> Column:
         conds = [
             (F.col("topic") == t) & (F.col("partition") == p) & (F.col("offset") < end)
@@ -54,9 +70,31 @@ class Backfill:
         ]
         return reduce(lambda a, b: a | b, conds, F.lit(False))
 
-    @property
-    def size(self) -> int:
-        return sum(end - first for parts in self.ranges.values() for first, end in parts.values())
+
+class BackfillRefused(ValueError):
+    """Nothing of the range is left once the live stream's part is refused."""
+
+
+def stream_committed(spark: SparkSession, checkpoint: str) -> dict[str, dict[int, int]]:
+    """The live stream's committed end offsets, read through Hadoop (any filesystem)."""
+    last = last_batch(hadoopfs.list_names(spark, f"{checkpoint}/commits"))
+    if last is None:
+        return {}
+    return parse_offsets(hadoopfs.read_text(spark, f"{checkpoint}/offsets/{last}"))
+
+
+def clip_to_stream(spark: SparkSession, pipeline: Pipeline, backfill: Backfill) -> Backfill:
+    """The backfill, clipped to what the live stream has committed now (the plan clipped it
+    already when the checkpoint was on its machine; the stream only moves forward since)."""
+    committed = stream_committed(spark, pipeline.checkpoint_path)
+    clipped, refused = backfill.clip(committed)
+    if refused is not None:
+        log.warning(
+            "%s backfill %s: refused %s, which the stream has not committed yet", pipeline.name, backfill.id, refused
+        )
+    if not size(clipped.ranges):
+        raise BackfillRefused(refused_all(pipeline, f"backfill {backfill.id}", committed))
+    return clipped
 
 
 KEYS = ("_kafka_topic", "_kafka_partition", "_kafka_offset")

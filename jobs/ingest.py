@@ -36,7 +36,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from jobs import continuous, expectations, hadoopfs
-from jobs.backfill import Backfill, drop_present
+from jobs.backfill import Backfill, BackfillRefused, clip_to_stream, drop_present
 from jobs.parse import REASON, flat_rows, parse, quarantine_rows, read_kafka
 from jobs.sinks import BatchSink, DeltaSink, ParquetSink, table_shape
 from jobs.status import StatusReporter
@@ -214,6 +214,7 @@ def start(
         trigger = {"availableNow": True} if available_now else pipeline.spec.trigger.spark_kwargs()
         raw = read_kafka(spark, pipeline)
     else:
+        backfill = clip_to_stream(spark, pipeline, backfill)
         pipeline, trigger = for_backfill(pipeline, backfill), {"availableNow": True}
         raw = read_kafka(spark, pipeline, backfill.source_options(pipeline.spec.source.spark_options()))
         raw = raw.filter(backfill.in_range())
@@ -347,7 +348,7 @@ def drive(pipeline: Pipeline, backfill: Backfill | None, available_now: bool, pr
             error = continuous.run(spark, pipeline, stop, reporter)
         else:
             error = run(spark, pipeline, available_now, stop, backfill, reporter)
-    except (CheckpointMismatch, ContinuousError, compatibility.IncompatibleTable) as exc:
+    except (CheckpointMismatch, ContinuousError, compatibility.IncompatibleTable, BackfillRefused) as exc:
         if reporter is not None:
             reporter.report("failed", error=str(exc))
         log.error("%s", exc)

@@ -5,6 +5,15 @@ fixed set of offsets: ``[from, to)`` on every partition of the pipeline's topics
 to what the broker still holds. Times are matched to offsets with Kafka's own index
 (record CreateTime / LogAppendTime). The id is derived from the resolved ranges, so the
 same backfill gets the same checkpoint when it is retried.
+
+**The rule that keeps every record in exactly one table:** a backfill re-reads only
+offsets the live stream has already committed (the end offsets of the last batch in its
+checkpoint's commit log). Anything later is the stream's to read, now or when it next
+starts, so a backfill refuses it (:func:`clip`) instead of writing records the stream would
+write again. What it may re-read, it checks against both tables record by record (the job
+drops what they hold), so re-reading what the stream wrote, or retrying a backfill, adds
+nothing twice. A backfill is for what the stream passed but the tables lack: history from
+before a stream that started at ``latest``, or records removed from a table.
 """
 
 from __future__ import annotations
@@ -12,11 +21,13 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from sluice.checkpoint import local_dir, read_committed
 from sluice.spec import Pipeline
 from sluice.topics import offsets_for_time, watermarks
 
+#: topic -> partition -> [first offset, end offset)
 Ranges = dict[str, dict[int, tuple[int, int]]]
 
 
@@ -24,18 +35,59 @@ class BackfillError(ValueError):
     pass
 
 
+def size(ranges: Ranges) -> int:
+    return sum(end - first for parts in ranges.values() for first, end in parts.values())
+
+
+def describe(ranges: Ranges) -> str:
+    """``payments[0] 120..500, payments[1] 80..510`` (non-empty ranges only)."""
+    return ", ".join(
+        f"{t}[{p}] {first}..{end}"
+        for t, parts in ranges.items()
+        for p, (first, end) in sorted(parts.items())
+        if end > first
+    )
+
+
+def clip(ranges: Ranges, committed: dict[str, dict[int, int]]) -> tuple[Ranges, Ranges]:
+    """Split ``ranges`` into what the stream has committed (a backfill may re-read it) and
+    what it has not (refused: the stream reads it). A partition the stream has not read at
+    all is wholly refused."""
+    kept: Ranges = {}
+    refused: Ranges = {}
+    for topic, parts in ranges.items():
+        for p, (first, end) in parts.items():
+            done = committed.get(topic, {}).get(p, 0)
+            stop = max(first, min(end, done))
+            kept.setdefault(topic, {})[p] = (first, stop)
+            if end > stop:
+                refused.setdefault(topic, {})[p] = (stop, end)
+    return kept, refused
+
+
 @dataclass(frozen=True)
 class BackfillPlan:
     id: str
     ranges: Ranges
     description: str
+    #: What was asked for but refused: offsets the stream has not committed yet.
+    refused: Ranges = field(default_factory=dict)
 
     @property
     def size(self) -> int:
-        return sum(end - first for parts in self.ranges.values() for first, end in parts.values())
+        return size(self.ranges)
 
     def range_json(self) -> str:
         return json.dumps({t: {str(p): list(r) for p, r in parts.items()} for t, parts in self.ranges.items()})
+
+    def refusal(self) -> str | None:
+        """What was refused and why, or None."""
+        if not size(self.refused):
+            return None
+        return (
+            f"refused {size(self.refused)} records the stream has not committed yet ({describe(self.refused)}): "
+            "the stream reads them itself, and a backfill of them would write them twice"
+        )
 
 
 def _epoch_ms(value: str | dt.datetime) -> int:
@@ -49,6 +101,14 @@ def _or(value: int | None, default: int) -> int:
     return default if value is None else value
 
 
+def committed_offsets(pipeline: Pipeline) -> dict[str, dict[int, int]] | None:
+    """The live stream's committed end offsets; None when its checkpoint is not on this
+    machine (the job then clips the range itself, reading the checkpoint through Spark)."""
+    if local_dir(pipeline.checkpoint_path) is None:
+        return None
+    return read_committed(pipeline.checkpoint_path).offsets
+
+
 def plan(
     pipeline: Pipeline,
     *,
@@ -57,7 +117,8 @@ def plan(
     from_time: str | None = None,
     to_time: str | None = None,
 ) -> BackfillPlan:
-    """Resolve ``[from, to)`` (offsets on every partition, or ISO-8601 times) to offset ranges."""
+    """Resolve ``[from, to)`` (offsets on every partition, or ISO-8601 times) to offset ranges
+    the live stream has committed; raise :class:`BackfillError` if nothing is left."""
     by_offsets = from_offset is not None or to_offset is not None
     by_time = bool(from_time or to_time)
     if by_offsets == by_time:
@@ -96,5 +157,29 @@ def plan(
         desc = f"offsets [{from_offset or 0}, {'end' if to_offset is None else to_offset})"
     else:
         desc = f"times [{from_time or 'start'}, {to_time or 'now'})"
+    if not size(ranges):
+        raise BackfillError(f"nothing to backfill: Kafka holds no records in {desc}")
+
+    refused: Ranges = {}
+    committed = committed_offsets(pipeline)
+    if committed is not None:
+        ranges, refused = clip(ranges, committed)
+        if not size(ranges):
+            raise BackfillError(refused_all(pipeline, desc, committed))
     digest = hashlib.sha256(json.dumps(sorted((t, sorted(r.items())) for t, r in ranges.items())).encode()).hexdigest()
-    return BackfillPlan(f"{'offsets' if by_offsets else 'times'}-{digest[:10]}", ranges, desc)
+    return BackfillPlan(f"{'offsets' if by_offsets else 'times'}-{digest[:10]}", ranges, desc, refused)
+
+
+def refused_all(pipeline: Pipeline, desc: str, committed: dict[str, dict[int, int]]) -> str:
+    """Why a backfill has nothing left once the stream's part is refused."""
+    if not committed:
+        return (
+            f"nothing to backfill in {desc}: the {pipeline.name} stream has not committed a batch yet, and it "
+            "reads these records itself when it runs. Start the stream; a backfill re-reads only what it has "
+            "committed (for example history from before a start at 'latest')"
+        )
+    return (
+        f"nothing to backfill in {desc}: every record in it is at or after the {pipeline.name} stream's last "
+        "committed batch, so the stream reads it itself (a backfill would write it twice). A backfill re-reads "
+        "only what the stream has committed"
+    )

@@ -38,10 +38,20 @@ def local_dir(path: str) -> Path | None:
     return None if "://" in path else Path(path)
 
 
-def _batch_ids(folder: Path) -> list[int]:
-    if not folder.is_dir():
-        return []
-    return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit())
+def parse_offsets(text: str) -> dict[str, dict[int, int]]:
+    """The Kafka end offsets in an ``offsets/<n>`` file: a version line, the batch's metadata,
+    then one JSON line per source (topic -> partition -> next offset)."""
+    offsets: dict[str, dict[int, int]] = {}
+    for line in text.splitlines()[2:]:
+        if line.startswith("{"):
+            for topic, parts in json.loads(line).items():
+                offsets.setdefault(topic, {}).update({int(p): int(o) for p, o in parts.items()})
+    return offsets
+
+
+def last_batch(names: list[str]) -> int | None:
+    """The newest batch id among the file names of ``commits/`` (or ``offsets/``)."""
+    return max((int(n) for n in names if n.isdigit()), default=None)
 
 
 def read_committed(checkpoint: str) -> Committed:
@@ -49,15 +59,8 @@ def read_committed(checkpoint: str) -> Committed:
     root = local_dir(checkpoint)
     if root is None:
         raise ValueError(f"{checkpoint} is not on the local filesystem; read its progress from the job's status")
-    commits = _batch_ids(root / "commits")
-    if not commits:
+    last = last_batch([p.name for p in (root / "commits").iterdir()] if (root / "commits").is_dir() else [])
+    if last is None:
         return Committed()
-    last = commits[-1]
-    # offsets/<n>: a version line, the batch metadata, then one JSON line per source.
-    lines = (root / "offsets" / str(last)).read_text(encoding="utf-8").splitlines()
-    offsets: dict[str, dict[int, int]] = {}
-    for line in lines[2:]:
-        if line.startswith("{"):
-            for topic, parts in json.loads(line).items():
-                offsets.setdefault(topic, {}).update({int(p): int(o) for p, o in parts.items()})
+    offsets = parse_offsets((root / "offsets" / str(last)).read_text(encoding="utf-8"))
     return Committed(last, offsets, (root / "commits" / str(last)).stat().st_mtime)

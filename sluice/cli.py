@@ -317,6 +317,8 @@ def backfill(
     except BackfillError as exc:
         fail(str(exc))
     console.print(f"backfill {bf.id}: {bf.description}, {bf.size} records: {bf.range_json()}")
+    if bf.refusal():
+        warn(f"{p.name}: {bf.refusal()}")
     sub = ingest_submission(p.spec_path, pipeline_name=p.name, backfill=(bf.id, bf.range_json()), master=master)
     code = subprocess.call(sub.command(), env=os.environ | submit_env(sub.master))
     if code:

@@ -84,7 +84,8 @@ def params(pipeline: Pipeline) -> dict[str, Param]:
             enum=ACTIONS,
             title="Action",
             description="supervise: start/restart if needed, fail if stalled. stop: after the current batch commits. "
-            "backfill: re-read a range of Kafka into the same table (available-now, no duplicates).",
+            "backfill: re-read a range the stream has already committed into the same tables (records they "
+            "hold are skipped; later offsets are the stream's own and are refused), so no record lands twice.",
         ),
         "trigger": Param(
             "spec",
@@ -228,6 +229,8 @@ def control(spec_path: str) -> dict[str, Any] | None:
         except BackfillError as exc:
             raise AirflowFailException(f"invalid backfill range: {exc}") from None
         log.info("backfill %s: %s, %d records: %s", bf.id, bf.description, bf.size, bf.range_json())
+        if bf.refusal():
+            log.warning("%s: %s", pipeline.name, bf.refusal())
         return {"id": bf.id, "range": bf.range_json(), "records": bf.size}
     if action == "stop":
         log.info("%s", supervise.stop(pipeline, stopped_by=who))

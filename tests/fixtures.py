@@ -6,6 +6,7 @@ user's own broker or tables. The jars come from where `make setup` put them.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -112,6 +113,18 @@ def audit_totals(pipeline: Pipeline) -> dict[str, int]:
         assert audit["records_in"] == audit["records_out"] + audit["records_quarantined"], audit
         for key in totals:
             totals[key] += audit[key]
+    return totals
+
+
+def all_audit_totals(pipeline: Pipeline) -> dict[str, int]:
+    """Like :func:`audit_totals`, over the stream's batches and every backfill's."""
+    totals = audit_totals(pipeline)
+    for folder in Path(pipeline.checkpoint_path + "_backfills").glob("*/sluice_audit"):
+        backfill = dataclasses.replace(
+            pipeline, spec=pipeline.spec.model_copy(update={"checkpoint": str(folder.parent)})
+        )
+        for key, value in audit_totals(backfill).items():
+            totals[key] += value
     return totals
 
 

@@ -1,0 +1,38 @@
+"""The backfill rule, without a broker: re-read only what the live stream has committed."""
+
+from __future__ import annotations
+
+from sluice.backfill import BackfillPlan, clip, describe, size
+from sluice.checkpoint import last_batch, parse_offsets
+
+
+def test_clip_keeps_what_the_stream_committed_and_refuses_the_rest() -> None:
+    ranges = {"t": {0: (0, 500), 1: (100, 200), 2: (0, 50)}, "u": {0: (0, 10)}}
+    committed = {"t": {0: 300, 1: 400}}  # partition 2 and topic u: never read by the stream
+    kept, refused = clip(ranges, committed)
+    assert kept == {"t": {0: (0, 300), 1: (100, 200), 2: (0, 0)}, "u": {0: (0, 0)}}
+    assert refused == {"t": {0: (300, 500), 2: (0, 50)}, "u": {0: (0, 10)}}
+    assert size(kept) + size(refused) == size(ranges)
+    assert describe(refused) == "t[0] 300..500, t[2] 0..50, u[0] 0..10"
+
+
+def test_a_range_wholly_behind_the_stream_is_kept_whole() -> None:
+    ranges = {"t": {0: (10, 20)}}
+    assert clip(ranges, {"t": {0: 20}}) == (ranges, {})
+
+
+def test_the_plan_says_what_it_refused() -> None:
+    plan = BackfillPlan("offsets-x", {"t": {0: (0, 300)}}, "offsets [0, end)", {"t": {0: (300, 500)}})
+    assert plan.size == 300
+    assert plan.refusal() == (
+        "refused 200 records the stream has not committed yet (t[0] 300..500): the stream reads them "
+        "itself, and a backfill of them would write them twice"
+    )
+    assert BackfillPlan("offsets-y", {"t": {0: (0, 3)}}, "d").refusal() is None
+
+
+def test_committed_offsets_are_read_from_the_checkpoint_files() -> None:
+    text = 'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1}\n{"t":{"1":40,"0":35}}\n{"u":{"0":7}}'
+    assert parse_offsets(text) == {"t": {0: 35, 1: 40}, "u": {0: 7}}
+    assert last_batch(["0", "1", "12", ".12.crc", "2"]) == 12
+    assert last_batch([]) is None
