@@ -72,11 +72,36 @@ class BatchAudit:
     written_at: str = ""
 
 
-class BatchWriter:
-    """The ``foreachBatch`` function: split one batch between the two tables."""
+class StopRequested(RuntimeError):
+    """Raised by a batch that starts after a stop was requested, before it writes anything."""
 
-    def __init__(self, spark: SparkSession, pipeline: Pipeline, backfill: Backfill | None = None) -> None:
-        self.spark, self.pipeline, self.backfill = spark, pipeline, backfill
+
+#: In the query's error when a batch declined to start because of a stop request.
+STOP_MARKER = "sluice: stop requested"
+# Spark (and py4j, on the Python side) log the end of a query whose batch raised as an
+# error, with a trace; for a stop that is noise, so the job turns those loggers off just
+# before it declines the batch. The process ends right after.
+_QUERY_LOGGER = "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution"
+
+
+class BatchWriter:
+    """The ``foreachBatch`` function: split one batch between the two tables.
+
+    Once ``stop`` is set, the next batch declines to start (:class:`StopRequested`) before
+    it writes anything. Spark cannot be asked to skip a batch it has planned, and with a
+    backlog the next batch starts as soon as the last one commits, so this is how a stop
+    takes effect right after the batch in progress: the declined batch is planned in the
+    checkpoint but not committed, and is read again at the next start.
+    """
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        pipeline: Pipeline,
+        backfill: Backfill | None = None,
+        stop: threading.Event | None = None,
+    ) -> None:
+        self.spark, self.pipeline, self.backfill, self.stop = spark, pipeline, backfill, stop
         self._sinks: tuple[BatchSink, BatchSink] | None = None
 
     def sinks(self) -> tuple[BatchSink, BatchSink]:
@@ -91,6 +116,19 @@ class BatchWriter:
         return self._sinks
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        if self.stop is not None and self.stop.is_set():
+            log.info(
+                "%s: stop requested; batch %d is not started (it is read again at the next start)",
+                self.pipeline.name,
+                batch_id,
+            )
+            jvm = self.spark._jvm
+            assert jvm is not None
+            jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
+                _QUERY_LOGGER, jvm.org.apache.logging.log4j.Level.OFF
+            )
+            logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)  # it logs the raise with a trace
+            raise StopRequested(f"{STOP_MARKER} before batch {batch_id}")
         started = time.monotonic()
         out, quarantine = self.sinks()
         batch = expectations.check(batch, self.pipeline).persist(StorageLevel.MEMORY_AND_DISK)
@@ -205,7 +243,11 @@ def for_backfill(pipeline: Pipeline, backfill: Backfill) -> Pipeline:
 
 
 def start(
-    spark: SparkSession, pipeline: Pipeline, available_now: bool = False, backfill: Backfill | None = None
+    spark: SparkSession,
+    pipeline: Pipeline,
+    available_now: bool = False,
+    backfill: Backfill | None = None,
+    stop: threading.Event | None = None,
 ) -> StreamingQuery:
     """Start the pipeline's streaming query (or one backfill's) and return it."""
     compatibility.check(pipeline, lambda fmt, path: table_shape(spark, fmt, path))
@@ -222,7 +264,7 @@ def start(
         parse(raw, pipeline)
         .writeStream.queryName(pipeline.name if backfill is None else f"{pipeline.name}-backfill-{backfill.id}")
         .option("checkpointLocation", pipeline.checkpoint_path)
-        .foreachBatch(BatchWriter(spark, pipeline, backfill))
+        .foreachBatch(BatchWriter(spark, pipeline, backfill, stop))
         .trigger(**trigger)
         .start()
     )
@@ -231,16 +273,18 @@ def start(
 def run_until_stopped(
     query: StreamingQuery, stop: threading.Event, poll: int = 1, reporter: StatusReporter | None = None
 ) -> None:
-    """Wait for the query to end; on a stop request, stop between batches."""
+    """Wait for the query to end. On a stop request, an idle query is stopped at once; a
+    running batch finishes and commits, and the next one declines to start (see BatchWriter)."""
     while query.isActive:
         if reporter is not None:
             reporter.report("running", query)
-        if stop.is_set():
-            while query.isActive and query.status.get("isTriggerActive"):
-                time.sleep(0.1)
+        if stop.is_set() and not query.status.get("isTriggerActive"):
             log.info("stopping %s after its last committed batch", query.name)
             query.stop()
             break
+        if stop.is_set():
+            time.sleep(0.1)  # the batch in progress commits; the next declines to start
+            continue
         try:
             query.awaitTermination(poll)
         except StreamingQueryException:
@@ -267,7 +311,7 @@ def run(
     stop = stop or threading.Event()
     restarts = 0
     while True:
-        query = start(spark, pipeline, available_now=available_now, backfill=backfill)
+        query = start(spark, pipeline, available_now=available_now, backfill=backfill, stop=stop)
         if restarts == 0:
             log.info(
                 "%s: started query %s (%s sink, checkpoint %s)",
@@ -278,6 +322,9 @@ def run(
             )
         run_until_stopped(query, stop, reporter=reporter)
         error = query.exception()
+        if error is not None and STOP_MARKER in str(error):
+            log.info("stopping %s after its last committed batch", query.name)
+            error = None
         if error is None or _SPARK_57438 not in str(error) or restarts == MAX_NPE_RESTARTS:
             if reporter is not None:
                 ended = "finished" if available_now else "stopped"
