@@ -27,11 +27,14 @@ import hashlib
 import json
 import os
 import re
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Literal
+
+import psutil
 
 from sluice import config
 
@@ -111,6 +114,35 @@ def _read_holder(handle: IO[str]) -> Holder:
         return Holder(0, "?")
 
 
+#: How long to wait for a claim whose holder is dead or dying (killed, its threads still exiting).
+DYING_HOLDER_WAIT = 10.0
+
+
+def _dying(pid: int) -> bool:
+    """Gone, a zombie, or exiting: a process that exits releases its memory (its command line
+    reads empty) before its open files, and turns zombie only after that."""
+    try:
+        proc = psutil.Process(pid)
+        return proc.status() == psutil.STATUS_ZOMBIE or not proc.cmdline()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return True
+
+
+def _take(handle: IO[str], name: str, claim: Claim) -> None:
+    """Lock the open claim file; refuse at once if a live driver holds it. A killed driver
+    closes its files last as it exits, so its claim can outlive it by a moment: wait for that."""
+    deadline = time.monotonic() + DYING_HOLDER_WAIT
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            holder = _read_holder(handle)
+            if not _dying(holder.pid) or time.monotonic() > deadline:
+                raise Claimed(_explain(name, claim, holder)) from None
+            time.sleep(0.05)
+
+
 @contextmanager
 def claim(name: str, claims: list[Claim]) -> Iterator[None]:
     """Hold every claim for the body (all or none); raise :class:`Claimed` naming a holder."""
@@ -121,10 +153,7 @@ def claim(name: str, claims: list[Claim]) -> Iterator[None]:
             path.parent.mkdir(parents=True, exist_ok=True)
             handle = path.open("a+", encoding="utf-8")
             handles.append(handle)
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise Claimed(_explain(name, c, _read_holder(handle))) from None
+            _take(handle, name, c)
             handle.truncate(0)
             handle.write(json.dumps({"pid": os.getpid(), "pipeline": name, "path": c.path, "role": c.role}))
             handle.flush()

@@ -119,6 +119,15 @@ def _process(pid: int | None, marker: str) -> psutil.Process | None:
         return None
 
 
+def _alive(pid: int) -> bool:
+    """Is the process there and not a zombie? (Right after a launch, when the pid cannot have
+    been reused, and while spark-submit execs Java its command line may read empty.)"""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def driver_process(pipeline: Pipeline) -> psutil.Process | None:
     """The running Python driver of this pipeline's stream, whoever started it."""
     status = Status.read(pipeline.name)
@@ -181,7 +190,7 @@ def wait_running(pipeline: Pipeline, driver: Driver, timeout: float = 180.0) -> 
             if status.state == "failed":
                 raise StartFailed(f"{pipeline.name} failed to start: {status.error}\n{log_tail(driver.log)}")
             return status
-        if _process(driver.pid, "ingest.py") is None:
+        if not _alive(driver.pid):
             raise StartFailed(f"{pipeline.name}: spark-submit (pid {driver.pid}) exited\n{log_tail(driver.log)}")
         time.sleep(1)
     raise StartFailed(f"{pipeline.name} did not report a running query within {timeout:.0f}s\n{log_tail(driver.log)}")

@@ -137,11 +137,12 @@ def read_without_spark(fmt: str, path: str, columns: list[str] | None = None) ->
 
     from sluice import parquet_log
 
+    empty = pa.table({c: [] for c in columns or []})
     if fmt == "delta":
-        return DeltaTable(path).to_pyarrow_table(columns=columns)
+        return DeltaTable(path).to_pyarrow_table(columns=columns) if DeltaTable.is_deltatable(path) else empty
     files = [str(parquet_log.local_path(e.path)) for e in parquet_log.committed_files(Path(path))]
     if not files:
-        return pa.table({c: [] for c in columns or []})
+        return empty
     dataset = ds.dataset(files, format="parquet", partitioning="hive", partition_base_dir=path)
     return dataset.to_table(columns=columns)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -105,3 +106,22 @@ def test_a_claim_is_released_when_its_holder_dies(tmp_path) -> None:
     )
     assert subprocess.run([sys.executable, "-c", code], env=os.environ).returncode == -9
     locks.check_free("p", locks.claims_for(p))
+
+
+def test_a_claim_whose_holder_is_gone_is_waited_for_not_refused(tmp_path) -> None:
+    # A killed driver closes its files last as it exits: its lock outlives it by a moment.
+    p = pipeline(tmp_path, "p")
+    path = locks.lock_file(locks.claims_for(p)[0])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    code = (
+        "import fcntl, json, time\n"
+        f"h = open({str(path)!r}, 'a+'); fcntl.flock(h, fcntl.LOCK_EX); h.truncate(0)\n"
+        "h.write(json.dumps({'pid': 2**31 - 2, 'pipeline': 'gone'})); h.flush()\n"
+        "print('held', flush=True); time.sleep(1)\n"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    started = time.monotonic()
+    locks.check_free("p", locks.claims_for(p))
+    assert 0.3 < time.monotonic() - started < locks.DYING_HOLDER_WAIT
+    holder.wait(timeout=10)
