@@ -70,7 +70,7 @@ types: setup
 	$(BIN)/mypy
 
 test: lint types
-	$(BIN)/pytest --timeout=900 $(PYTEST_ARGS)
+	$(BIN)/pytest --timeout=900 --durations=15 $(PYTEST_ARGS)
 
 unit: setup
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)

@@ -327,7 +327,7 @@ def run(
             error = None
         if error is None or _SPARK_57438 not in str(error) or restarts == MAX_NPE_RESTARTS:
             if reporter is not None:
-                ended = "finished" if available_now else "stopped"
+                ended = "finished" if available_now and not stop.is_set() else "stopped"
                 reporter.report("failed" if error else ended, query, str(error) if error else None)
             return error
         restarts += 1
