@@ -67,6 +67,11 @@ def info(spark: SparkSession, path: str) -> FileInfo:
     return _info(fs.getFileStatus(jpath))
 
 
+def mkdirs(spark: SparkSession, path: str) -> None:
+    fs, jpath = _fs(spark, path)
+    fs.mkdirs(jpath)
+
+
 def move(spark: SparkSession, src: str, dst: str) -> None:
     """Move a file into a folder that may not exist yet (a rename on HDFS and local disks)."""
     fs, jsrc = _fs(spark, src)
@@ -92,26 +97,19 @@ def read_text(spark: SparkSession, path: str) -> str:
 
 
 def write_text(spark: SparkSession, path: str, text: str) -> None:
-    """Write a whole file, replacing any previous one (a replayed batch rewrites it)."""
+    """Write a whole file, replacing any previous one (a replayed batch rewrites it).
+
+    Through a temporary file renamed over the old one, so a reader polling the folder (the
+    status command, a test) never sees a half-written file."""
     fs, jpath = _fs(spark, path)
-    out = fs.create(jpath, True)
-    try:
-        out.write(bytearray(text.encode("utf-8")))
-    finally:
-        out.close()
+    tmp = _write_temporary(spark, fs, jpath, text)
+    _rename(spark, fs, tmp, jpath, "OVERWRITE")
 
 
-def create_new(spark: SparkSession, path: str, text: str) -> bool:
-    """Create ``path`` with ``text`` unless it exists; False if another writer created it first.
-
-    The text goes to a temporary file that is then renamed without overwriting, so readers
-    see the whole file or none of it, and of two writers racing for one name exactly one
-    wins (Hadoop's FileContext refuses to rename onto an existing file, as Spark's own
-    metadata logs rely on).
-    """
+def _write_temporary(spark: SparkSession, fs: Any, jpath: Any, text: str) -> Any:
+    """Write ``text`` to a hidden file beside ``jpath`` (globs for ``*.json`` skip it)."""
     jvm = spark._jvm
     assert jvm is not None
-    fs, jpath = _fs(spark, path)
     tmp = jvm.org.apache.hadoop.fs.Path(jpath.getParent(), f".{jpath.getName()}.{uuid.uuid4().hex}.tmp")
     fs.mkdirs(jpath.getParent())
     out = fs.create(tmp, False)
@@ -119,10 +117,33 @@ def create_new(spark: SparkSession, path: str, text: str) -> bool:
         out.write(bytearray(text.encode("utf-8")))
     finally:
         out.close()
-    fc = jvm.org.apache.hadoop.fs.FileContext.getFileContext(jpath.toUri(), spark._jsc.hadoopConfiguration())
-    no_overwrite = spark.sparkContext._gateway.new_array(jvm.org.apache.hadoop.fs.Options.Rename, 0)  # type: ignore[union-attr]
+    return tmp
+
+
+def _rename(spark: SparkSession, fs: Any, src: Any, dst: Any, *options: str) -> None:
+    """Hadoop FileContext's rename, which (unlike FileSystem's) can refuse or overwrite."""
+    jvm = spark._jvm
+    assert jvm is not None
+    fc = jvm.org.apache.hadoop.fs.FileContext.getFileContext(dst.toUri(), spark._jsc.hadoopConfiguration())
+    rename = jvm.org.apache.hadoop.fs.Options.Rename
+    array = spark.sparkContext._gateway.new_array(rename, len(options))  # type: ignore[union-attr]
+    for i, name in enumerate(options):
+        array[i] = getattr(rename, name)
+    fc.rename(fs.makeQualified(src), fs.makeQualified(dst), array)
+
+
+def create_new(spark: SparkSession, path: str, text: str) -> bool:
+    """Create ``path`` with ``text`` unless it exists; False if another writer created it first.
+
+    The text goes to a temporary file that is then renamed without overwriting (Hadoop's
+    FileContext, as Spark's own metadata logs do), so readers see the whole file or none of
+    it. That refusal is atomic on HDFS only (local disks and S3A check, then rename):
+    callers that race for a name must also serialise themselves.
+    """
+    fs, jpath = _fs(spark, path)
+    tmp = _write_temporary(spark, fs, jpath, text)
     try:
-        fc.rename(fs.makeQualified(tmp), fs.makeQualified(jpath), no_overwrite)
+        _rename(spark, fs, tmp, jpath)
         return True
     except Py4JJavaError as exc:
         if exc.java_exception.getClass().getName() != "org.apache.hadoop.fs.FileAlreadyExistsException":

@@ -13,12 +13,13 @@ A batch with nothing for a table writes nothing to it; that is safe in both form
 from __future__ import annotations
 
 import logging
+import time
 from typing import Protocol
 
 from pyspark.sql import DataFrame, SparkSession
 
 from jobs import hadoopfs
-from sluice import compatibility, parquet_log
+from sluice import compatibility, locks, parquet_log
 
 log = logging.getLogger("sluice.sinks")
 
@@ -57,6 +58,8 @@ class DeltaSink:
 
 STAGING = "_sluice_staging"
 MAX_COMMIT_ATTEMPTS = 20
+#: Commits are expired no sooner than this after they were written (seconds).
+EXPIRE_AFTER = 600
 
 
 class ParquetSink:
@@ -84,6 +87,8 @@ class ParquetSink:
             hadoopfs.delete(self.spark, attempt)  # left if the last attempt died after its commit
             return
         self._undo(attempt, batch_id)
+        # The log folder first: a reader that finds none lists the folder and would see these files.
+        hadoopfs.mkdirs(self.spark, self.log_dir)
         df.write.mode("overwrite").partitionBy(self.partition_by).parquet(attempt)
         prefix = parquet_log.tag(self.writer, batch_id)
         entries = []
@@ -126,28 +131,35 @@ class ParquetSink:
         hadoopfs.delete(self.spark, attempt)
 
     def _commit(self, entries: list[parquet_log.Entry]) -> int:
-        """Append one commit to the log; another writer (a backfill) may race for each number."""
-        for _ in range(MAX_COMMIT_ATTEMPTS):
-            names = hadoopfs.list_names(self.spark, self.log_dir)
-            newest = parquet_log.latest(names)
-            commit = 0 if newest is None else newest + 1
-            content = entries
-            if parquet_log.is_compaction(commit) and newest is not None:
-                content = parquet_log.live(self._read(parquet_log.needed(newest)) + entries)
-            if hadoopfs.create_new(
-                self.spark, f"{self.log_dir}/{parquet_log.file_name(commit)}", parquet_log.render(content)
-            ):
-                if parquet_log.is_compaction(commit):
-                    self._expire(commit, names)
-                return commit
+        """Append one commit to the log. Another writer (a backfill beside the stream) may
+        commit too: the table's commit lock makes listing the log and taking the next number
+        one step for every Sluice writer (drivers run where their claims are), and
+        create_new's refusal to overwrite is the second line where renames are atomic."""
+        with locks.hold(locks.Claim(self.path, "commit")):
+            for _ in range(MAX_COMMIT_ATTEMPTS):
+                names = hadoopfs.list_names(self.spark, self.log_dir)
+                newest = parquet_log.latest(names)
+                commit = 0 if newest is None else newest + 1
+                content = entries
+                if parquet_log.is_compaction(commit) and newest is not None:
+                    content = parquet_log.live(self._read(parquet_log.needed(newest)) + entries)
+                target = f"{self.log_dir}/{parquet_log.file_name(commit)}"
+                if hadoopfs.create_new(self.spark, target, parquet_log.render(content)):
+                    if parquet_log.is_compaction(commit):
+                        self._expire(commit)
+                    return commit
         raise RuntimeError(f"{self.path}: could not commit to {self.log_dir}; other writers took every number")
 
-    def _expire(self, compaction: int, names: list[str]) -> None:
-        """Delete commits two compactions old: no reader needs them (Spark's sink deletes them too)."""
-        for name in names:
-            commit = parquet_log.commit_number(name)
-            if commit is not None and commit < compaction - 2 * parquet_log.COMPACT_INTERVAL:
-                hadoopfs.delete(self.spark, f"{self.log_dir}/{name}")
+    def _expire(self, compaction: int) -> None:
+        """Delete commits that are two compactions old and older than EXPIRE_AFTER: no reader
+        needs them, and none that started reading before the newer compactions still does
+        (Spark's own sink waits spark.sql.streaming.fileSink.log.cleanupDelay, 10 minutes)."""
+        now_ms = time.time() * 1000
+        for f in hadoopfs.list_files(self.spark, self.log_dir):
+            commit = parquet_log.commit_number(f.uri.rsplit("/", 1)[-1])
+            old_enough = now_ms - f.modification_time > EXPIRE_AFTER * 1000
+            if commit is not None and commit < compaction - 2 * parquet_log.COMPACT_INTERVAL and old_enough:
+                hadoopfs.delete(self.spark, f.uri)
 
 
 def _read_log(spark: SparkSession, log_dir: str, commits: range) -> list[parquet_log.Entry]:
@@ -183,12 +195,15 @@ def table_shape(spark: SparkSession, fmt: str, path: str) -> compatibility.Shape
     if not entries:
         return None
     schema = spark.read.parquet(entries[0].path).schema.json()  # one file: its footer's schema, no partitions
-    return compatibility.shape_from_spark_schema(schema, parquet_log.partition_columns(entries))
+    return compatibility.shape_from_spark_schema(schema, parquet_log.partition_columns(path, entries))
 
 
 def table_exists(spark: SparkSession, fmt: str, path: str) -> bool:
     """Has a pipeline committed to the table at ``path`` (its Delta or Parquet log has entries)?"""
-    return hadoopfs.has_children(spark, f"{path}/{'_delta_log' if fmt == 'delta' else parquet_log.LOG_DIR}")
+    if fmt == "delta":
+        return hadoopfs.has_children(spark, f"{path}/_delta_log")
+    # A commit, not just a folder: it may hold only a temporary file of a commit that died.
+    return parquet_log.latest(hadoopfs.list_names(spark, f"{path}/{parquet_log.LOG_DIR}")) is not None
 
 
 def read_table(spark: SparkSession, fmt: str, path: str) -> DataFrame:

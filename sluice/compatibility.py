@@ -134,7 +134,7 @@ def read_local(fmt: str, path: str) -> Shape | None:
     footer = pq.read_schema(parquet_log.local_path(entries[0].path)).metadata or {}
     if SPARK_SCHEMA_KEY not in footer:
         raise ValueError(f"{entries[0].path} was not written by Spark (no Spark schema in its footer)")
-    return shape_from_spark_schema(footer[SPARK_SCHEMA_KEY].decode(), parquet_log.partition_columns(entries))
+    return shape_from_spark_schema(footer[SPARK_SCHEMA_KEY].decode(), parquet_log.partition_columns(path, entries))
 
 
 def is_local(path: str) -> bool:

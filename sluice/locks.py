@@ -41,7 +41,7 @@ from sluice import config
 if TYPE_CHECKING:
     from sluice.spec import Pipeline
 
-Role = Literal["checkpoint", "stream", "backfill", "name"]
+Role = Literal["checkpoint", "stream", "backfill", "name", "commit"]
 
 
 class Claimed(RuntimeError):
@@ -161,6 +161,30 @@ def claim(name: str, claims: list[Claim]) -> Iterator[None]:
     finally:
         for held in handles:
             held.close()  # closing releases the flock
+
+
+@contextmanager
+def hold(claim: Claim, timeout: float = 120.0) -> Iterator[None]:
+    """Hold one claim for a short critical section, waiting for it if another process has
+    it (a Parquet table's commit: list the log, then add the next number, as one step)."""
+    path = lock_file(claim)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + timeout
+    with path.open("a+", encoding="utf-8") as handle:
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise Claimed(
+                        f"{claim.path}: waited {timeout:.0f}s for {claim.role} ({_read_holder(handle)})"
+                    ) from None
+                time.sleep(0.01)
+        handle.truncate(0)
+        handle.write(json.dumps({"pid": os.getpid(), "pipeline": "-", "path": claim.path, "role": claim.role}))
+        handle.flush()
+        yield
 
 
 def check_free(name: str, claims: list[Claim]) -> None:

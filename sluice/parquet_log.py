@@ -33,6 +33,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 LOG_DIR = "_spark_metadata"
 VERSION = "v1"
@@ -168,15 +169,21 @@ def last_batch(entries: Iterable[Entry], writer: str) -> int | None:
     return newest
 
 
-def partition_columns(entries: Iterable[Entry]) -> list[str]:
-    """The partition columns, from the ``name=value`` folders above the first file (as Spark infers them)."""
+def partition_columns(table: str, entries: Iterable[Entry]) -> list[str]:
+    """The partition columns: the ``name=value`` folders between the table and its first file
+    (the table's own folder may have a ``=`` in its name too)."""
+    root = _path_part(table).rstrip("/") + "/"
     for e in entries:
-        columns: list[str] = []
-        for folder in reversed(e.path.split("/")[:-1]):
-            if "=" not in folder:
-                break
-            columns.insert(0, folder.split("=", 1)[0])
-        return columns
+        path = _path_part(e.path)
+        if path.startswith(root):
+            folders = path[len(root) :].split("/")[:-1]
+        else:  # spelled another way: walk up from the file while folders are name=value, as Spark does
+            folders = []
+            for folder in reversed(path.split("/")[:-1]):
+                if "=" not in folder:
+                    break
+                folders.insert(0, folder)
+        return [folder.split("=", 1)[0] for folder in folders if "=" in folder]
     return []
 
 
@@ -184,12 +191,19 @@ def partition_columns(entries: Iterable[Entry]) -> list[str]:
 
 
 def local_path(uri: str) -> Path:
-    """A ``file:`` URI (as the log records paths) as a local path."""
+    """A ``file:`` URI (as the log records paths, %-escaped) as a local path."""
     if uri.startswith("file:"):
-        return Path("/" + uri.removeprefix("file:").lstrip("/"))
+        return Path("/" + unquote(uri.removeprefix("file:")).lstrip("/"))
     if "://" in uri:
         raise LogError(f"{uri} is not on the local filesystem")
     return Path(uri)
+
+
+def _path_part(location: str) -> str:
+    """The path of a URI or local path, unescaped, for comparing places: ``file:///t`` -> ``/t``."""
+    if location.startswith("file:"):
+        return "/" + unquote(location.removeprefix("file:")).lstrip("/")
+    return unquote(location.split("://", 1)[1].split("/", 1)[1] if "://" in location else location)
 
 
 def committed_files(table: Path) -> list[Entry]:

@@ -57,11 +57,17 @@ def test_last_batch_of_a_writer_is_read_from_file_names() -> None:
     assert log.last_batch(entries, "q-2") is None
 
 
-def test_partition_columns_come_from_the_folders_above_a_file() -> None:
-    assert log.partition_columns([entry("a.parquet")]) == ["date"]
+def test_partition_columns_come_from_the_folders_between_the_table_and_a_file() -> None:
+    assert log.partition_columns("/t", [entry("a.parquet")]) == ["date"]
     nested = log.Entry("s3a://b/t/year=2026/day=3/x.parquet", 1, 1)
-    assert log.partition_columns([nested]) == ["year", "day"]
-    assert log.partition_columns([]) == []
+    assert log.partition_columns("s3a://b/t", [nested]) == ["year", "day"]
+    # The table's own folder may look like a partition; it is not one.
+    own = log.Entry("file:/lake/kind=orders/date=2026-11-21/x.parquet", 1, 1)
+    assert log.partition_columns("/lake/kind=orders", [own]) == ["date"]
+    assert log.partition_columns("/elsewhere", [own]) == ["kind", "date"]  # spelled otherwise: as Spark infers
+    spaced = log.Entry("file:/my%20lake/t/date=2026-11-21/x.parquet", 1, 1)
+    assert log.partition_columns("/my lake/t", [spaced]) == ["date"]
+    assert log.partition_columns("/t", []) == []
 
 
 def test_compaction_interval_must_be_ten() -> None:
@@ -86,5 +92,6 @@ def test_committed_files_of_a_local_table(tmp_path: Path) -> None:
 def test_local_paths_from_uris() -> None:
     assert log.local_path("file:///data/t/x.parquet") == Path("/data/t/x.parquet")
     assert log.local_path("file:/data/t/x.parquet") == Path("/data/t/x.parquet")
+    assert log.local_path("file:/my%20data/t/x.parquet") == Path("/my data/t/x.parquet")  # Hadoop escapes paths
     with pytest.raises(log.LogError, match="not on the local filesystem"):
         log.local_path("s3a://bucket/t/x.parquet")
