@@ -52,14 +52,15 @@ def describe(ranges: Ranges) -> str:
 def clip(ranges: Ranges, committed: dict[str, dict[int, int]]) -> tuple[Ranges, Ranges]:
     """Split ``ranges`` into what the stream has committed (a backfill may re-read it) and
     what it has not (refused: the stream reads it). A partition the stream has not read at
-    all is wholly refused."""
+    all is wholly refused; partitions with nothing left are left out."""
     kept: Ranges = {}
     refused: Ranges = {}
     for topic, parts in ranges.items():
         for p, (first, end) in parts.items():
             done = committed.get(topic, {}).get(p, 0)
             stop = max(first, min(end, done))
-            kept.setdefault(topic, {})[p] = (first, stop)
+            if stop > first:  # a partition with nothing left is not read at all
+                kept.setdefault(topic, {})[p] = (first, stop)
             if end > stop:
                 refused.setdefault(topic, {})[p] = (stop, end)
     return kept, refused

@@ -93,9 +93,10 @@ def date_sql(ts_expr: str, timezone: str) -> str:
 
 # --- the accepted range -------------------------------------------------------------------
 
-#: What every reader can hold, whatever a spec accepts: years 0001 to 9999.
-EARLIEST = datetime(1, 1, 1, tzinfo=UTC)
-LATEST = datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
+#: What every reader can hold, whatever a spec accepts: years 0001 to 9999, a day inside them
+#: so that the date in any timezone stays inside them too.
+EARLIEST = datetime(1, 1, 2, tzinfo=UTC)
+LATEST = datetime(9999, 12, 30, 23, 59, 59, 999999, tzinfo=UTC)
 #: A relative bound further than this from ingestion would overflow Spark's timestamps.
 MAX_OFFSET_DAYS = 365_000
 _ISO = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}([T ][0-9:.]+)?(Z|[+-][0-9]{2}:?[0-9]{2})?$")

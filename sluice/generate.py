@@ -68,7 +68,13 @@ class EventGenerator:
         return event
 
     def _event_time(self) -> Any:
-        ts = self.now - timedelta(seconds=self.rng.uniform(0, self.days * 86400))
+        """A time in the last ``days`` days, inside what the pipeline accepts."""
+        bounds = self.pipeline.accepted_times
+        earliest = self.now - timedelta(days=self.days)
+        if bounds.not_before is not None:
+            earliest = max(earliest, bounds.not_before.moment(self.now) + timedelta(minutes=1))
+        latest = self.now if bounds.not_after is None else min(self.now, bounds.not_after.moment(self.now))
+        ts = latest - (latest - earliest) * self.rng.random()
         fmt = self.event_format
         if fmt == "epoch_seconds":
             return int(ts.timestamp())
@@ -181,8 +187,8 @@ class EventGenerator:
         moments: list[datetime | None] = [datetime(2999, 12, 31, tzinfo=UTC), datetime(1, 1, 1, tzinfo=UTC)]
         f = self.pipeline.schema.find(self.event_field)
         int_field = f is not None and isinstance(f.type, Atomic) and f.type.name == "integer"
-        if int_field:
-            moments = [datetime(1970, 1, 1, tzinfo=UTC) - timedelta(seconds=2**31)]  # fits an int
+        if int_field:  # -2**31 fits an int: 1901 in seconds, December 1969 in milliseconds
+            moments = [datetime(1970, 1, 1, tzinfo=UTC) - timedelta(seconds=2**31 / EPOCH_SCALE.get(fmt, 1))]
         if fmt == "iso8601":
             moments.append(None)  # +99999-01-01: Spark reads it, no date type elsewhere can
         out: list[Any] = []
@@ -193,7 +199,7 @@ class EventGenerator:
                 out.append("+99999-01-01T00:00:00Z")
             elif fmt in EPOCH_SCALE:
                 seconds = int((when - datetime(1970, 1, 1, tzinfo=UTC)).total_seconds())
-                out.append(seconds if int_field else seconds * EPOCH_SCALE[fmt])
+                out.append(-(2**31) if int_field else seconds * EPOCH_SCALE[fmt])
             else:
                 pattern = "%Y-%m-%dT%H:%M:%SZ" if fmt == "iso8601" else fmt
                 for java, py in _JAVA_TO_STRFTIME:

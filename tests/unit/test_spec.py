@@ -192,7 +192,7 @@ def test_event_times_are_bounded_by_default_and_bounds_are_checked(tmp_path) -> 
     )
     open_ended = GOOD.replace("format: epoch_seconds}", "format: epoch_seconds, accept: {not_before: null}}")
     assert load_pipeline(write(tmp_path, open_ended)).accepted_times.describe() == (
-        "0001-01-01T00:00:00Z to 1 day after ingestion"
+        "0001-01-02T00:00:00Z to 1 day after ingestion"
     )
     for accept, message in (
         ("{not_after: +99999-01-01}", "neither a date or date-time"),
