@@ -38,9 +38,9 @@ from pyspark.sql.streaming import StreamingQuery
 from jobs import continuous, expectations, hadoopfs
 from jobs.backfill import Backfill, BackfillRefused, clip_to_stream, drop_present
 from jobs.parse import REASON, flat_rows, parse, quarantine_rows, read_kafka
-from jobs.sinks import BatchSink, DeltaSink, ParquetSink, table_shape
+from jobs.sinks import BatchSink, DeltaSink, ParquetSink, table_exists, table_shape
 from jobs.status import StatusReporter
-from sluice import compatibility, locks
+from sluice import checkpoint, compatibility, locks
 from sluice.continuous import ContinuousError
 from sluice.spec import Pipeline, SpecError, Trigger, load_pipeline
 
@@ -219,21 +219,44 @@ def query_id(spark: SparkSession, pipeline: Pipeline) -> str:
 def check_checkpoint(spark: SparkSession, pipeline: Pipeline) -> None:
     """Refuse a new checkpoint for a table that already has data.
 
-    A fresh checkpoint starts again at batch 0 and at ``starting_offsets``: with Parquet
-    the log would skip its batches as already written (data lost), with Delta it would
-    append everything again (data duplicated).
+    A fresh checkpoint is a new writer that starts again at ``starting_offsets``: it would
+    append everything the table already holds a second time.
     """
     if hadoopfs.has_children(spark, f"{pipeline.checkpoint_path}/offsets"):
         return
     p = pipeline
     for path in (p.sink_path, p.quarantine_path):
-        for log_dir in ("_delta_log", "_spark_metadata"):
-            if hadoopfs.has_children(spark, f"{path}/{log_dir}"):
-                raise CheckpointMismatch(
-                    f"{p.name}: the table {path} already has data, but the checkpoint {p.checkpoint_path} "
-                    "has no progress. Restore the checkpoint that wrote the table, or write to a new sink "
-                    "path; starting over would repeat or skip records."
-                )
+        if table_exists(spark, p.spec.sink.format, path):
+            raise CheckpointMismatch(
+                f"{p.name}: the table {path} already has data, but the checkpoint {p.checkpoint_path} "
+                "has no progress. Restore the checkpoint that wrote the table, or write to a new sink "
+                "path; starting over would write its records again."
+            )
+
+
+def check_split(spark: SparkSession, pipeline: Pipeline) -> None:
+    """Refuse to replay an unfinished batch under a different split, then record this one.
+
+    A crash between a batch's two table writes leaves it planned but not committed; the
+    restart replays it, skipping the table that already has its part. If the schema, the
+    event-time rules or a dropping row rule changed meanwhile, a record could then land in
+    both tables or in neither.
+    """
+    cp = pipeline.checkpoint_path.rstrip("/")
+    pending = checkpoint.pending_batch(
+        hadoopfs.list_names(spark, f"{cp}/offsets"), hadoopfs.list_names(spark, f"{cp}/commits")
+    )
+    record = f"{cp}/{checkpoint.SPLIT_FILE}"
+    if pending is not None and checkpoint.SPLIT_FILE in hadoopfs.list_names(spark, cp):
+        changed = checkpoint.split_changes(json.loads(hadoopfs.read_text(spark, record)), pipeline.split)
+        if changed:
+            raise CheckpointMismatch(
+                f"{pipeline.name}: batch {pending} was planned, but not committed, under a different "
+                f"{' and '.join(changed)}. Replaying it with this spec could put a record in both tables "
+                f"or in neither. Restore the previous spec and start the pipeline once, so that batch "
+                f"{pending} commits (`--available-now` ends after it), then apply the change."
+            )
+    hadoopfs.write_text(spark, record, json.dumps(pipeline.split, sort_keys=True))
 
 
 def for_backfill(pipeline: Pipeline, backfill: Backfill) -> Pipeline:
@@ -260,6 +283,7 @@ def start(
         pipeline, trigger = for_backfill(pipeline, backfill), {"availableNow": True}
         raw = read_kafka(spark, pipeline, backfill.source_options(pipeline.spec.source.spark_options()))
         raw = raw.filter(backfill.in_range())
+    check_split(spark, pipeline)
     return (
         parse(raw, pipeline)
         .writeStream.queryName(pipeline.name if backfill is None else f"{pipeline.name}-backfill-{backfill.id}")

@@ -54,6 +54,23 @@ def last_batch(names: list[str]) -> int | None:
     return max((int(n) for n in names if n.isdigit()), default=None)
 
 
+def pending_batch(offsets: list[str], commits: list[str]) -> int | None:
+    """The batch planned in ``offsets/`` but absent from ``commits/``: a restart replays it."""
+    planned, done = last_batch(offsets), last_batch(commits)
+    if planned is None or (done is not None and done >= planned):
+        return None
+    return planned
+
+
+#: Beside ``offsets/`` and ``commits/``: the split (see ``Pipeline.split``) of the last start.
+SPLIT_FILE = "sluice_split.json"
+
+
+def split_changes(planned: dict[str, object], now: dict[str, object]) -> list[str]:
+    """The parts of the split that differ between when a batch was planned and now."""
+    return sorted(k for k in planned.keys() | now.keys() if planned.get(k) != now.get(k))
+
+
 def read_committed(checkpoint: str) -> Committed:
     """The last committed batch of a local checkpoint (an empty result if none has committed)."""
     root = local_dir(checkpoint)

@@ -18,6 +18,7 @@ the spec's folder first, then from ``schemas/``.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -444,6 +445,20 @@ class Pipeline:
     @property
     def quarantine_table(self) -> str:
         return f"{self.name}_quarantine"
+
+    @cached_property
+    def split(self) -> dict[str, Any]:
+        """What decides whether a record goes to the table or to the quarantine.
+
+        A batch replayed after a crash must be split as it was when it was planned: one of its
+        two tables may already hold its part, and the other writes the rest."""
+        drops = {n: r.model_dump(mode="json") for n, r in self.spec.expectations.rows.items() if r.action == "drop"}
+        return {
+            "schema": json.loads(self.schema.to_spark_json()),
+            "event_time": self.spec.event_time.model_dump(mode="json"),
+            "flatten": self.spec.flatten.model_dump(mode="json") if drops else None,
+            "dropping_rules": drops,
+        }
 
 
 def _under_home(path: str) -> str:
