@@ -13,16 +13,17 @@ JARS  := $(SLUICE_JARS)
 UV    := $(BIN)/uv
 MVN   := mvn -q -B
 
-.PHONY: setup demo airflow test lint types unit bench bench-latency bench-expectations clean distclean help
+.PHONY: setup demo airflow test lint types unit bench bench-latency bench-expectations bench-throughput clean distclean help
 
 help:
 	@echo "make demo   set up, then run the device-signal and payment pipelines end to end"
 	@echo "make test   set up, then lint, type-check and run the whole test suite"
 	@echo "make airflow  set up, then start Airflow standalone on http://127.0.0.1:8080 (dags/ as DAG folder)"
 	@echo "make setup  install the Spark runtime (.venv), the Airflow side (.venv-airflow) and the JVM jars"
-	@echo "make bench  both benchmarks below (benchmarks/results/)"
+	@echo "make bench  the three benchmarks below (benchmarks/results/)"
 	@echo "make bench-latency       micro-batch vs continuous vs the broker alone (~12 min)"
 	@echo "make bench-expectations  ingest throughput with vs without the in-stream row rules (~6 min)"
+	@echo "make bench-throughput    Sluice vs plain Spark vs a hand-written consumer, fixed cost, scale"
 	@echo "make clean  stop the broker and remove local state (tables, checkpoints, broker data)"
 
 setup: $(BIN)/.installed $(AIRFLOW_VENV)/bin/.installed $(JARS)/kafka/.installed $(JARS)/spark/.installed
@@ -75,13 +76,16 @@ test: lint types
 unit: setup
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
-bench: bench-latency bench-expectations
+bench: bench-latency bench-expectations bench-throughput
 
 bench-latency: setup
 	$(BIN)/python benchmarks/latency.py
 
 bench-expectations: setup
 	$(BIN)/python benchmarks/expectations.py
+
+bench-throughput: setup
+	$(BIN)/python benchmarks/throughput.py
 
 clean:
 	-@test -x $(BIN)/sluice && $(BIN)/sluice kafka down >/dev/null 2>&1

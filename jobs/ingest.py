@@ -39,7 +39,7 @@ from jobs import continuous, expectations, hadoopfs
 from jobs.backfill import Backfill, BackfillRefused, clip_to_stream, drop_present
 from jobs.parse import REASON, flat_rows, parse, quarantine_rows, read_kafka
 from jobs.sinks import BatchSink, DeltaSink, ParquetSink, table_exists, table_shape
-from jobs.status import StatusReporter
+from jobs.status import StatusReporter, run_summary
 from sluice import checkpoint, compatibility, locks
 from sluice.continuous import ContinuousError
 from sluice.spec import Pipeline, SpecError, Trigger, load_pipeline
@@ -345,6 +345,7 @@ def run(
                 (for_backfill(pipeline, backfill) if backfill else pipeline).checkpoint_path,
             )
         run_until_stopped(query, stop, reporter=reporter)
+        log.info("%s: run summary %s", pipeline.name, json.dumps(run_summary(query.recentProgress)))
         error = query.exception()
         if error is not None and STOP_MARKER in str(error):
             log.info("stopping %s after its last committed batch", query.name)

@@ -33,6 +33,23 @@ def _progress_summary(progress: dict[str, Any] | None) -> dict[str, Any]:
     }
 
 
+def run_summary(progress: list[Any]) -> dict[str, Any]:
+    """What a run's batches cost, from the query's recent progress (Spark keeps the last
+    100): batches with input, their rows, each one's time, and the time per phase summed
+    (``addBatch`` is the foreachBatch function; the rest is Spark's own bookkeeping)."""
+    ran = [p for p in progress if p.get("numInputRows")]
+    phases: dict[str, int] = {}
+    for p in ran:
+        for phase, ms in (p.get("durationMs") or {}).items():
+            phases[phase] = phases.get(phase, 0) + int(ms)
+    return {
+        "batches": len(ran),
+        "input_rows": sum(int(p.get("numInputRows") or 0) for p in ran),
+        "batch_ms": [int((p.get("durationMs") or {}).get("triggerExecution", 0)) for p in ran],
+        "phase_ms": phases,
+    }
+
+
 class StatusReporter:
     def __init__(self, spark: SparkSession, name: str, status_name: str | None = None) -> None:
         sc = spark.sparkContext
