@@ -13,7 +13,7 @@ JARS  := $(SLUICE_JARS)
 UV    := $(BIN)/uv
 MVN   := mvn -q -B
 
-.PHONY: setup demo airflow test lint types unit bench bench-latency bench-expectations bench-throughput clean distclean help
+.PHONY: setup demo airflow test lint types unit bench bench-latency bench-expectations bench-throughput profile-ingest clean distclean help
 
 help:
 	@echo "make demo   set up, then run the device-signal and payment pipelines end to end"
@@ -24,6 +24,7 @@ help:
 	@echo "make bench-latency       micro-batch vs continuous vs the broker alone (~12 min)"
 	@echo "make bench-expectations  ingest throughput with vs without the in-stream row rules (~6 min)"
 	@echo "make bench-throughput    Sluice vs plain Spark vs a hand-written consumer, fixed cost, scale"
+	@echo "make profile-ingest      one sluice run under Java Flight Recorder and py-spy: top frames"
 	@echo "make clean  stop the broker and remove local state (tables, checkpoints, broker data)"
 
 setup: $(BIN)/.installed $(AIRFLOW_VENV)/bin/.installed $(JARS)/kafka/.installed $(JARS)/spark/.installed
@@ -86,6 +87,10 @@ bench-expectations: setup
 
 bench-throughput: setup
 	$(BIN)/python benchmarks/throughput.py
+
+profile-ingest: setup
+	$(BIN)/python benchmarks/profile_ingest.py
+	$(BIN)/python benchmarks/profile_ingest.py --events 100 --max-offsets 10 --name small-batches
 
 clean:
 	-@test -x $(BIN)/sluice && $(BIN)/sluice kafka down >/dev/null 2>&1

@@ -13,7 +13,7 @@ every variant reads all of it from the earliest offset, ``--max-offsets`` record
 - ``sluice``: ``sluice run SPEC --available-now`` as a user runs it (spark-submit of the
   ingest job), with the quarantine split, the audit and exactly-once writes;
 - ``python delta``: confluent-kafka -> json.loads -> pyarrow -> ``deltalake.write_deltalake``,
-  appends of ``--python-append`` rows partitioned by date, one thread.
+  appends of ``--python-append`` rows (100,000) partitioned by date, one thread.
 
 Each variant runs in its own process, ``local[2]`` unless said otherwise, so that its whole
 process time (JVM start included) and its peak RSS (the process tree: JVM and Python) are
@@ -163,8 +163,8 @@ def python_delta(args: argparse.Namespace) -> dict[str, Any]:
     while done < total:
         t0 = time.perf_counter()
         events: list[dict[str, Any]] = []
-        while len(events) < args.max_offsets and done + len(events) < total:
-            for m in consumer.consume(min(10_000, args.max_offsets - len(events)), timeout=1.0):
+        while len(events) < args.append_rows and done + len(events) < total:
+            for m in consumer.consume(min(10_000, args.append_rows - len(events)), timeout=1.0):
                 if m.error():
                     raise SystemExit(f"consumer: {m.error()}")
                 events.append(json.loads(m.value()))
@@ -238,7 +238,14 @@ def measure(command: list[str], env: dict[str, str], log: Path) -> tuple[float, 
 
 
 def run_variant(
-    variant: str, work: Path, bootstrap: str, topic: str, max_offsets: int, master: str, run: int
+    variant: str,
+    work: Path,
+    bootstrap: str,
+    topic: str,
+    max_offsets: int,
+    master: str,
+    run: int,
+    append_rows: int = 100_000,
 ) -> dict[str, Any]:
     from sluice.submit import ingest_submission, submit_env
 
@@ -262,6 +269,7 @@ def run_variant(
     else:
         command = [sys.executable, __file__, "child", variant, "--bootstrap", bootstrap, "--topic", topic]
         command += ["--max-offsets", str(max_offsets), "--master", master, "--table", str(table)]
+        command += ["--append-rows", str(min(append_rows, max_offsets))]
         seconds, rss, text = measure(command, env, log)
         summary = json.loads(text.rsplit("RESULT ", 1)[1])
     if variant != "spark noop":
@@ -325,6 +333,7 @@ def main() -> int:
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--max-offsets", type=int, default=200_000, help="records per batch (maxOffsetsPerTrigger)")
+    parser.add_argument("--python-append", type=int, default=100_000, help="rows per write_deltalake append")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--small-batches", type=int, default=8, help="batches of 10 records for the fixed cost")
     parser.add_argument("--scale", action=argparse.BooleanOptionalAction, default=True)
@@ -353,7 +362,16 @@ def main() -> int:
         for n in range(args.rounds):
             order = variants[n % len(variants) :] + variants[: n % len(variants)]
             for variant in order:
-                r = run_variant(variant, work, broker.bootstrap, main_topic, args.max_offsets, "local[2]", next(runs))
+                r = run_variant(
+                    variant,
+                    work,
+                    broker.bootstrap,
+                    main_topic,
+                    args.max_offsets,
+                    "local[2]",
+                    next(runs),
+                    args.python_append,
+                )
                 r["round"] = n + 1
                 results.append(r)
                 console.print(
@@ -428,6 +446,7 @@ def main() -> int:
             "events": args.events,
             "partitions": args.partitions,
             "max_offsets_per_trigger": args.max_offsets,
+            "python_append_rows": args.python_append,
             "rounds": args.rounds,
             "master": "local[2]",
         },
@@ -452,6 +471,7 @@ if __name__ == "__main__":
         for option in ("--bootstrap", "--topic", "--master", "--table"):
             p.add_argument(option, required=True)
         p.add_argument("--max-offsets", type=int, required=True)
+        p.add_argument("--append-rows", type=int, required=True)
         child(p.parse_args())
         sys.exit(0)
     sys.exit(main())

@@ -1,0 +1,242 @@
+"""Where the ingest job's time goes: Java Flight Recorder on the JVM, py-spy on the Python driver.
+
+    make profile-ingest        # 1,000,000 events, 200,000 a batch; then 100 events, 10 a batch
+    .venv/bin/python benchmarks/profile_ingest.py --events 100 --max-offsets 10 --name small-batches
+
+Fills a topic like ``benchmarks/throughput.py`` and runs ``sluice run SPEC --available-now``
+once, with ``-XX:StartFlightRecording`` on the driver JVM (in local mode it is the executor
+too) and the Python driver started under ``py-spy record``. It prints:
+
+- the run summary (Spark's time per phase: ``addBatch`` is Sluice's foreachBatch);
+- the JVM's hottest methods by self time and by inclusive time, and the share of samples per
+  component (Delta, Parquet, Kafka, JSON, Spark SQL, ...), from ``jdk.ExecutionSample``;
+- the Python driver's hottest frames (self and inclusive).
+
+The recordings stay in ``benchmarks/results/profile/<name>/`` (``ingest.jfr`` opens in JDK
+Mission Control; ``driver.txt`` is py-spy's collapsed stacks, for flame-graph tools) beside
+a summary, ``profile.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from harness import RESULTS, isolated_home
+from throughput import fill, sluice_spec
+
+OUT = RESULTS / "profile"
+#: Package prefixes -> the component a sample is charged to (first match from the top of the stack).
+COMPONENTS = [
+    ("org.apache.spark.sql.delta", "Delta"),
+    ("io.delta", "Delta"),
+    ("org.apache.parquet", "Parquet"),
+    ("org.apache.spark.sql.execution.datasources.parquet", "Parquet"),
+    ("org.apache.kafka", "Kafka client"),
+    ("org.apache.spark.sql.kafka010", "Kafka source"),
+    ("com.fasterxml.jackson", "JSON (Jackson)"),
+    ("org.apache.spark.sql.catalyst.json", "JSON (from_json)"),
+    ("org.apache.spark.sql.catalyst.expressions", "Spark expressions"),
+    ("org.apache.spark.sql.catalyst", "Spark planning"),
+    ("org.apache.spark.sql.execution", "Spark execution"),
+    ("org.apache.spark.storage", "Spark storage (cache)"),
+    ("org.apache.spark.serializer", "Spark serialization"),
+    ("org.apache.spark.api.python", "Python bridge"),
+    ("py4j", "Python bridge"),
+    ("org.apache.hadoop", "Hadoop FS"),
+    ("com.github.luben.zstd", "compression"),
+    ("org.xerial.snappy", "compression"),
+    ("org.apache.spark", "Spark core"),
+    ("scala", "Scala library"),
+    ("java", "JDK"),
+    ("jdk", "JDK"),
+    ("sun", "JDK"),
+]
+
+
+def jvm_profile(recording: Path, top: int) -> dict[str, Any]:
+    """Self and inclusive sample counts per method, and samples per component."""
+    raw = subprocess.run(
+        ["jfr", "print", "--json", "--stack-depth", "128", "--events", "jdk.ExecutionSample", str(recording)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    events = json.loads(raw)["recording"]["events"]
+    self_time: collections.Counter[str] = collections.Counter()
+    inclusive: collections.Counter[str] = collections.Counter()
+    components: collections.Counter[str] = collections.Counter()
+    for event in events:
+        frames = [
+            f"{f['method']['type']['name']}.{f['method']['name']}" for f in event["values"]["stackTrace"]["frames"]
+        ]
+        if not frames:
+            continue
+        self_time[frames[0]] += 1
+        inclusive.update(set(frames))
+        components[_component(frames)] += 1
+    total = len(events)
+    return {
+        "samples": total,
+        "components": {c: round(100 * n / total, 1) for c, n in components.most_common()},
+        "self": [(m, round(100 * n / total, 1)) for m, n in self_time.most_common(top)],
+        "inclusive": [(m, round(100 * n / total, 1)) for m, n in inclusive.most_common(top * 3)],
+    }
+
+
+def _events(recording: Path, name: str) -> list[dict[str, Any]]:
+    raw = subprocess.run(
+        ["jfr", "print", "--json", "--events", name, str(recording)], capture_output=True, text=True, check=True
+    ).stdout
+    return [e["values"] for e in json.loads(raw)["recording"]["events"]]
+
+
+def _seconds(duration: str) -> float:
+    """An ISO-8601 duration as JFR prints it (``PT0.012S``, ``PT1M2.5S``)."""
+    found = re.fullmatch(r"PT(?:(\d+)H)?(?:(\d+)M)?(?:([\d.]+)S)?", duration)
+    if found is None:
+        return 0.0
+    h, m, sec = (float(g) if g else 0.0 for g in found.groups())
+    return 3600 * h + 60 * m + sec
+
+
+def jvm_overheads(recording: Path) -> dict[str, Any]:
+    """What the samples of running Java code do not show: garbage collection, how busy the
+    JVM kept the machine, and the processes it started (Hadoop's shell fallbacks)."""
+    gcs = _events(recording, "jdk.GarbageCollection")
+    load = _events(recording, "jdk.CPULoad")
+    starts = _events(recording, "jdk.ProcessStart")
+    commands = collections.Counter(str(e["command"]).split(" ", 1)[0] for e in starts)
+    return {
+        "gc_count": len(gcs),
+        "gc_seconds": round(sum(_seconds(e["duration"]) for e in gcs), 2),
+        "gc_longest_s": round(max((_seconds(e["duration"]) for e in gcs), default=0.0), 3),
+        "jvm_cpu_share": round(sum(e["jvmUser"] + e["jvmSystem"] for e in load) / max(1, len(load)), 2),
+        "machine_cpu_share": round(sum(e["machineTotal"] for e in load) / max(1, len(load)), 2),
+        "processes_started": dict(commands.most_common()),
+    }
+
+
+def _component(frames: list[str]) -> str:
+    for frame in frames:  # innermost first: the code that burns the time, not who called it
+        for prefix, name in COMPONENTS[:-4]:
+            if frame.startswith(prefix):
+                return name
+    for frame in frames:
+        for prefix, name in COMPONENTS[-4:]:
+            if frame.startswith(prefix):
+                return name
+    return "other"
+
+
+def python_profile(collapsed: Path, top: int) -> dict[str, Any]:
+    """py-spy's collapsed stacks (``frame;frame;... count``): self and inclusive shares."""
+    self_time: collections.Counter[str] = collections.Counter()
+    inclusive: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in collapsed.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack:
+            continue
+        n = int(count)
+        frames = [re.sub(r" \(.*/", " (", f) for f in stack.split(";")]
+        total += n
+        self_time[frames[-1]] += n
+        for frame in set(frames):
+            inclusive[frame] += n
+    return {
+        "samples": total,
+        "self": [(f, round(100 * n / total, 1)) for f, n in self_time.most_common(top)] if total else [],
+        "inclusive": [(f, round(100 * n / total, 1)) for f, n in inclusive.most_common(top * 2)] if total else [],
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--partitions", type=int, default=3)
+    parser.add_argument("--max-offsets", type=int, default=200_000)
+    parser.add_argument("--top", type=int, default=15)
+    parser.add_argument("--name", default="large-batches", help="the folder under benchmarks/results/profile/")
+    args = parser.parse_args()
+    py_spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
+    if py_spy is None:
+        raise SystemExit("py-spy is not installed: run `make setup`")
+
+    work = isolated_home("sluice-profile-")
+    from rich.console import Console
+
+    from sluice.broker import EmbeddedBroker
+    from sluice.submit import JOBS_DIR, ingest_submission, submit_env
+
+    console = Console(width=160)
+    out = OUT / args.name
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    recording, collapsed = out / "ingest.jfr", out / "driver.txt"
+    # The JVM starts the Python driver with spark.pyspark.driver.python: a wrapper under py-spy.
+    wrapper = work / "python-under-py-spy"
+    wrapper.write_text(
+        f'#!/bin/sh\nexec "{py_spy}" record --format raw --rate 100 --output "{collapsed}" -- "{sys.executable}" "$@"\n'
+    )
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    broker = EmbeddedBroker.default()
+    broker.start(timeout=120)
+    try:
+        fill(broker.bootstrap, "profile", args.partitions, args.events)
+        spec = sluice_spec(work, "profiled", "profile", args.max_offsets)
+        java = (
+            f"-Dlog4j2.configurationFile=file:{JOBS_DIR / 'log4j2.properties'} "
+            f"-XX:StartFlightRecording=filename={recording},settings=profile,dumponexit=true"
+        )
+        conf = {"spark.driver.extraJavaOptions": java, "spark.pyspark.driver.python": str(wrapper)}
+        sub = ingest_submission(spec, pipeline_name="profiled", available_now=True, conf=conf)
+        started = time.perf_counter()
+        done = subprocess.run(sub.command(), env=os.environ | submit_env(sub.master), capture_output=True, text=True)
+        seconds = time.perf_counter() - started
+        (out / "driver.log").write_text(done.stdout + done.stderr)
+        if done.returncode != 0:
+            raise SystemExit(f"the job failed ({done.returncode}):\n{(done.stdout + done.stderr)[-3000:]}")
+    finally:
+        broker.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+    found = re.search(r"run summary (\{.*\})", done.stderr + done.stdout)
+    summary = json.loads(found.group(1)) if found else {}
+    report = {
+        "settings": vars(args),
+        "process_s": round(seconds, 2),
+        "run_summary": summary,
+        "jvm": jvm_profile(recording, args.top),
+        "jvm_overheads": jvm_overheads(recording),
+        "python": python_profile(collapsed, args.top) if collapsed.exists() else {},
+    }
+    (out / "profile.json").write_text(json.dumps(report, indent=2))
+    console.print(f"[bold]run[/]: {seconds:.1f}s whole process; summary {summary}")
+    console.print(
+        f"[bold]JVM[/] ({report['jvm']['samples']:,} samples), share per component: {report['jvm']['components']}"
+    )
+    for title, rows in (("JVM self", report["jvm"]["self"]), ("JVM inclusive", report["jvm"]["inclusive"])):
+        console.print(f"[bold]{title}[/]")
+        for method, share in rows:
+            console.print(f"  {share:5.1f} %  {method}")
+    for title in ("self", "inclusive"):
+        console.print(f"[bold]Python driver {title}[/]")
+        for frame, share in report["python"].get(title, []):
+            console.print(f"  {share:5.1f} %  {frame}")
+    console.print(f"saved {out}/ (ingest.jfr, driver.txt, driver.log, profile.json)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
