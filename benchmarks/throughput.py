@@ -21,7 +21,9 @@ its own. The order of the variants rotates between rounds, so none always runs f
 last. Query time is the sum of the batches' ``triggerExecution`` (Spark's progress) or the
 consume-and-write loop (Python). The fixed cost of a batch is the median time of batches of
 10 records (``--small-batches`` of them; the first, cold one left out). With ``--scale``,
-Sluice also runs on ``local[1]`` and on topics of 1, 3 and 6 partitions.
+Sluice also runs on ``local[1]`` and on topics of 1, 3 and 6 partitions. ``--trial KEY=VALUE``
+adds ``sluice trial``: Sluice with those Spark settings, measured in the same rounds, which is
+how a tuning's before and after are compared.
 
 Figures are printed and saved to ``benchmarks/results/throughput.json`` and ``.png``.
 Every run must account for every event (the table's row count, read with delta-rs, and
@@ -47,6 +49,9 @@ import yaml
 from harness import RESULTS, ROOT, isolated_home
 
 VARIANTS = ("spark noop", "spark delta", "sluice", "python delta")
+#: ``--trial KEY=VALUE``: Sluice again with these Spark settings, side by side with the others.
+TRIAL = "sluice trial"
+TRIAL_CONF: dict[str, str] = {}
 SPEC = ROOT / "pipelines" / "device_signals.yaml"
 SMALL = 10  # records in a batch for the fixed cost
 COLUMNS = {  # the flattened columns, as Sluice names them
@@ -254,9 +259,13 @@ def run_variant(
     log = work / "logs" / f"{name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     env = os.environ | submit_env(master)
-    if variant == "sluice":
+    if variant.startswith("sluice"):
         sub = ingest_submission(
-            sluice_spec(work, name, topic, max_offsets), pipeline_name=name, available_now=True, master=master
+            sluice_spec(work, name, topic, max_offsets),
+            pipeline_name=name,
+            available_now=True,
+            master=master,
+            conf=TRIAL_CONF if variant == TRIAL else None,
         )
         seconds, rss, text = measure(sub.command(), env, log)
         found = re.search(r"run summary (\{.*\})", text)
@@ -338,8 +347,14 @@ def main() -> int:
     parser.add_argument("--small-batches", type=int, default=8, help="batches of 10 records for the fixed cost")
     parser.add_argument("--scale", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset")
+    parser.add_argument(
+        "--trial", action="append", default=[], metavar="KEY=VALUE", help=f"a Spark setting for '{TRIAL}'"
+    )
     args = parser.parse_args()
     variants = [v.strip() for v in args.variants.split(",")]
+    if args.trial:
+        TRIAL_CONF.update(kv.split("=", 1) for kv in args.trial)
+        variants.append(TRIAL)
 
     work = isolated_home("sluice-bench-throughput-")
     from rich.console import Console
@@ -416,6 +431,8 @@ def main() -> int:
         if "python delta" in medians:
             p = medians["python delta"]["rows_per_s_process"]
             ratios["sluice / python delta (process)"] = round(medians["sluice"]["rows_per_s_process"] / p, 3)
+        if TRIAL in medians:
+            ratios[f"{TRIAL} / sluice (query)"] = round(medians[TRIAL]["rows_per_s_query"] / s, 3)
         one = [r for r in scale if r["master"] == "local[1]"]
         two = [r for r in scale if r["master"] == "local[2]" and r["topic"] == main_topic]
         if one and two:
@@ -447,6 +464,7 @@ def main() -> int:
             "partitions": args.partitions,
             "max_offsets_per_trigger": args.max_offsets,
             "python_append_rows": args.python_append,
+            "trial_conf": TRIAL_CONF,
             "rounds": args.rounds,
             "master": "local[2]",
         },
