@@ -29,6 +29,10 @@ BASE_CONF = {
     # Streaming batches are small; the default of 200 shuffle partitions only adds tasks.
     "spark.sql.shuffle.partitions": "4",
     "spark.ui.showConsoleProgress": "false",
+    # Every Delta commit rebuilds the table's state to look up the writer's last batch
+    # (txnAppId); Delta's default of 50 tasks for that made it most of a small batch's cost
+    # (benchmarks/results/trials/01-snapshot-partitions-2.json: 2.95 s -> 1.71 s a batch).
+    "spark.databricks.delta.snapshotPartitions": "2",
     "spark.driver.memory": "1g",
 }
 
