@@ -66,20 +66,12 @@ COMPONENTS = [
 
 def jvm_profile(recording: Path, top: int) -> dict[str, Any]:
     """Self and inclusive sample counts per method, and samples per component."""
-    raw = subprocess.run(
-        ["jfr", "print", "--json", "--stack-depth", "128", "--events", "jdk.ExecutionSample", str(recording)],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    events = json.loads(raw)["recording"]["events"]
+    events = _events(recording, "jdk.ExecutionSample", stack_depth=128)
     self_time: collections.Counter[str] = collections.Counter()
     inclusive: collections.Counter[str] = collections.Counter()
     components: collections.Counter[str] = collections.Counter()
     for event in events:
-        frames = [
-            f"{f['method']['type']['name']}.{f['method']['name']}" for f in event["values"]["stackTrace"]["frames"]
-        ]
+        frames = [f"{f['method']['type']['name']}.{f['method']['name']}" for f in event["stackTrace"]["frames"]]
         if not frames:
             continue
         self_time[frames[0]] += 1
@@ -94,10 +86,10 @@ def jvm_profile(recording: Path, top: int) -> dict[str, Any]:
     }
 
 
-def _events(recording: Path, name: str) -> list[dict[str, Any]]:
-    raw = subprocess.run(
-        ["jfr", "print", "--json", "--events", name, str(recording)], capture_output=True, text=True, check=True
-    ).stdout
+def _events(recording: Path, name: str, stack_depth: int = 64) -> list[dict[str, Any]]:
+    """The values of every ``name`` event in the recording (``jfr print --json``)."""
+    command = ["jfr", "print", "--json", "--stack-depth", str(stack_depth), "--events", name, str(recording)]
+    raw = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     return [e["values"] for e in json.loads(raw)["recording"]["events"]]
 
 

@@ -143,20 +143,29 @@ def _take(handle: IO[str], name: str, claim: Claim) -> None:
             time.sleep(0.05)
 
 
+def _open(claim: Claim) -> IO[str]:
+    path = lock_file(claim)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path.open("a+", encoding="utf-8")
+
+
+def _record_holder(handle: IO[str], name: str, claim: Claim) -> None:
+    """Write who holds the (locked) claim, for the message of whoever is refused it."""
+    handle.truncate(0)
+    handle.write(json.dumps({"pid": os.getpid(), "pipeline": name, "path": claim.path, "role": claim.role}))
+    handle.flush()
+
+
 @contextmanager
 def claim(name: str, claims: list[Claim]) -> Iterator[None]:
     """Hold every claim for the body (all or none); raise :class:`Claimed` naming a holder."""
     handles: list[IO[str]] = []
     try:
         for c in claims:
-            path = lock_file(c)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            handle = path.open("a+", encoding="utf-8")
+            handle = _open(c)
             handles.append(handle)
             _take(handle, name, c)
-            handle.truncate(0)
-            handle.write(json.dumps({"pid": os.getpid(), "pipeline": name, "path": c.path, "role": c.role}))
-            handle.flush()
+            _record_holder(handle, name, c)
         yield
     finally:
         for held in handles:
@@ -167,10 +176,8 @@ def claim(name: str, claims: list[Claim]) -> Iterator[None]:
 def hold(claim: Claim, timeout: float = 120.0) -> Iterator[None]:
     """Hold one claim for a short critical section, waiting for it if another process has
     it (a Parquet table's commit: list the log, then add the next number, as one step)."""
-    path = lock_file(claim)
-    path.parent.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + timeout
-    with path.open("a+", encoding="utf-8") as handle:
+    with _open(claim) as handle:
         while True:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -181,9 +188,7 @@ def hold(claim: Claim, timeout: float = 120.0) -> Iterator[None]:
                         f"{claim.path}: waited {timeout:.0f}s for {claim.role} ({_read_holder(handle)})"
                     ) from None
                 time.sleep(0.01)
-        handle.truncate(0)
-        handle.write(json.dumps({"pid": os.getpid(), "pipeline": "-", "path": claim.path, "role": claim.role}))
-        handle.flush()
+        _record_holder(handle, "-", claim)
         yield
 
 

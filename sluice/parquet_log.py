@@ -193,7 +193,7 @@ def partition_columns(table: str, entries: Iterable[Entry]) -> list[str]:
 def local_path(uri: str) -> Path:
     """A ``file:`` URI (as the log records paths, %-escaped) as a local path."""
     if uri.startswith("file:"):
-        return Path("/" + unquote(uri.removeprefix("file:")).lstrip("/"))
+        return Path(_path_part(uri))
     if "://" in uri:
         raise LogError(f"{uri} is not on the local filesystem")
     return Path(uri)
