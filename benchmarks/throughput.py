@@ -21,9 +21,12 @@ its own. The order of the variants rotates between rounds, so none always runs f
 last. Query time is the sum of the batches' ``triggerExecution`` (Spark's progress) or the
 consume-and-write loop (Python). The fixed cost of a batch is the median time of batches of
 10 records (``--small-batches`` of them; the first, cold one left out). With ``--scale``,
-Sluice also runs on ``local[1]`` and on topics of 1, 3 and 6 partitions. ``--trial KEY=VALUE``
-adds ``sluice trial``: Sluice with those Spark settings, measured in the same rounds, which is
-how a tuning's before and after are compared.
+Sluice also runs on ``local[1]``, on topics of 1, 3 and 6 partitions, and on a standalone
+cluster of two one-core workers (``spark.cores.max`` 1, then 2). ``--trial KEY=VALUE``
+adds ``sluice trial``: Sluice with those Spark settings (``source.KEY=VALUE``: a Kafka source
+option of the spec), measured in the same rounds, which is how a tuning's before and after are
+compared. ``--baseline REF`` adds ``sluice @REF``: the ingest job of an earlier commit (checked
+out in a temporary git worktree), the same way, for a change to the code.
 
 Figures are printed and saved to ``benchmarks/results/throughput.json`` and ``.png``.
 Every run must account for every event (the table's row count, read with delta-rs, and
@@ -41,6 +44,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -52,6 +56,9 @@ VARIANTS = ("spark noop", "spark delta", "sluice", "python delta")
 #: ``--trial KEY=VALUE``: Sluice again with these Spark settings, side by side with the others.
 TRIAL = "sluice trial"
 TRIAL_CONF: dict[str, str] = {}
+TRIAL_SOURCE: dict[str, str] = {}
+#: ``--baseline REF``: variant name -> the worktree holding that commit.
+BASELINES: dict[str, Path] = {}
 SPEC = ROOT / "pipelines" / "device_signals.yaml"
 SMALL = 10  # records in a batch for the fixed cost
 COLUMNS = {  # the flattened columns, as Sluice names them
@@ -206,7 +213,7 @@ def python_delta(args: argparse.Namespace) -> dict[str, Any]:
 # --- running and measuring ----------------------------------------------------------------
 
 
-def sluice_spec(work: Path, name: str, topic: str, max_offsets: int) -> Path:
+def sluice_spec(work: Path, name: str, topic: str, max_offsets: int, options: dict[str, str] | None = None) -> Path:
     spec: dict[str, Any] = yaml.safe_load(SPEC.read_text())
     spec |= {
         "name": name,
@@ -215,6 +222,8 @@ def sluice_spec(work: Path, name: str, topic: str, max_offsets: int) -> Path:
         "checkpoint": str(work / "checkpoints" / name),
     }
     spec["source"] |= {"topics": [topic], "max_offsets_per_trigger": max_offsets}
+    if options:
+        spec["source"]["options"] = spec["source"].get("options", {}) | options
     path = work / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path
@@ -251,6 +260,7 @@ def run_variant(
     master: str,
     run: int,
     append_rows: int = 100_000,
+    conf: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     from sluice.submit import ingest_submission, submit_env
 
@@ -260,14 +270,20 @@ def run_variant(
     log.parent.mkdir(parents=True, exist_ok=True)
     env = os.environ | submit_env(master)
     if variant.startswith("sluice"):
+        trial = variant == TRIAL
         sub = ingest_submission(
-            sluice_spec(work, name, topic, max_offsets),
+            sluice_spec(work, name, topic, max_offsets, TRIAL_SOURCE if trial else None),
             pipeline_name=name,
             available_now=True,
             master=master,
-            conf=TRIAL_CONF if variant == TRIAL else None,
+            conf=(TRIAL_CONF if trial else {}) | (conf or {}),
         )
-        seconds, rss, text = measure(sub.command(), env, log)
+        command = sub.command()
+        if variant in BASELINES:  # the same submission, with that commit's job and package
+            tree = BASELINES[variant]
+            command[command.index(sub.application)] = str(tree / "jobs" / "ingest.py")
+            env["PYTHONPATH"] = str(tree)
+        seconds, rss, text = measure(command, env, log)
         found = re.search(r"run summary (\{.*\})", text)
         if found is None:
             raise SystemExit(f"sluice: no run summary in {log}")
@@ -348,19 +364,37 @@ def main() -> int:
     parser.add_argument("--scale", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset")
     parser.add_argument(
-        "--trial", action="append", default=[], metavar="KEY=VALUE", help=f"a Spark setting for '{TRIAL}'"
+        "--trial",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"a Spark setting for '{TRIAL}' (source.KEY=VALUE: a Kafka source option)",
     )
+    parser.add_argument("--baseline", action="append", default=[], metavar="REF", help="adds 'sluice @REF'")
     args = parser.parse_args()
     variants = [v.strip() for v in args.variants.split(",")]
     if args.trial:
-        TRIAL_CONF.update(kv.split("=", 1) for kv in args.trial)
+        for key, value in (kv.split("=", 1) for kv in args.trial):
+            if key.startswith("source."):
+                TRIAL_SOURCE[key.removeprefix("source.")] = value
+            else:
+                TRIAL_CONF[key] = value
         variants.append(TRIAL)
+    commits: dict[str, str] = {}
+    for ref in args.baseline:
+        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", ref], capture_output=True, text=True, check=True)
+        commits[f"sluice @{ref}"] = commit.stdout.strip()
+        tree = Path(tempfile.mkdtemp(prefix="sluice-baseline-"))
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), ref], check=True)
+        BASELINES[f"sluice @{ref}"] = tree
+        variants.append(f"sluice @{ref}")
 
     work = isolated_home("sluice-bench-throughput-")
     from rich.console import Console
     from rich.table import Table
 
     from sluice.broker import EmbeddedBroker
+    from sluice.cluster import StandaloneCluster
 
     console = Console(width=160)
     broker = EmbeddedBroker.default()
@@ -409,11 +443,25 @@ def main() -> int:
                 fill(broker.bootstrap, topic, partitions, args.events)
                 r = run_variant("sluice", work, broker.bootstrap, topic, args.max_offsets, "local[2]", next(runs))
                 scale.append(r | {"scale": f"local[2], {partitions} partitions"})
+            # The same job on a standalone cluster of two one-core workers, on one and on both.
+            cluster = StandaloneCluster(work / "cluster", workers=2, cores=1, memory="1g")
+            url = cluster.start()
+            try:
+                for cores in (1, 2):
+                    conf = {"spark.cores.max": str(cores), "spark.executor.memory": "1g"}
+                    r = run_variant(
+                        "sluice", work, broker.bootstrap, main_topic, args.max_offsets, url, next(runs), conf=conf
+                    )
+                    scale.append(r | {"scale": f"cluster, {cores} worker(s) of 1 core, {args.partitions} partitions"})
+            finally:
+                cluster.stop()
             for r in scale:
                 console.print(f"scale {r['scale']}: {r['rows_per_s_query']:,} rows/s query")
     finally:
         broker.stop()
         shutil.rmtree(work, ignore_errors=True)
+        for tree in BASELINES.values():
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
 
     medians = {
         v: {
@@ -431,13 +479,19 @@ def main() -> int:
         if "python delta" in medians:
             p = medians["python delta"]["rows_per_s_process"]
             ratios["sluice / python delta (process)"] = round(medians["sluice"]["rows_per_s_process"] / p, 3)
-        if TRIAL in medians:
-            ratios[f"{TRIAL} / sluice (query)"] = round(medians[TRIAL]["rows_per_s_query"] / s, 3)
+        for other in [TRIAL, *BASELINES]:
+            if other in medians:
+                ratios[f"{other} / sluice (query)"] = round(medians[other]["rows_per_s_query"] / s, 3)
         one = [r for r in scale if r["master"] == "local[1]"]
         two = [r for r in scale if r["master"] == "local[2]" and r["topic"] == main_topic]
         if one and two:
             ratios["local[2] / local[1] (sluice, query)"] = round(
                 two[0]["rows_per_s_query"] / one[0]["rows_per_s_query"], 3
+            )
+        on_cluster = [r for r in scale if r["scale"].startswith("cluster")]
+        if len(on_cluster) == 2:
+            ratios["cluster 2 workers / 1 worker (sluice, query)"] = round(
+                on_cluster[1]["rows_per_s_query"] / on_cluster[0]["rows_per_s_query"], 3
             )
 
     table = Table("variant", "rows/s (query)", "rows/s (process)", "query s", "process s", "peak RSS MiB")
@@ -465,6 +519,8 @@ def main() -> int:
             "max_offsets_per_trigger": args.max_offsets,
             "python_append_rows": args.python_append,
             "trial_conf": TRIAL_CONF,
+            "trial_source_options": TRIAL_SOURCE,
+            "baselines": commits,
             "rounds": args.rounds,
             "master": "local[2]",
         },
