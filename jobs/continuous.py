@@ -55,7 +55,7 @@ def verdicts(parsed: DataFrame, pipeline: Pipeline) -> DataFrame:
     flat = parsed.select(
         REASON,
         KEY,
-        q.JSON,
+        q.VALUE,
         *[F.expr(col.expr).alias(col.name) for col in plan.columns],
         F.col("topic").alias(flatten.KAFKA_TOPIC),
         F.col("partition").alias(flatten.KAFKA_PARTITION),

@@ -14,6 +14,7 @@ the data or the rule changes.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import reduce
 from typing import Any
 
 from pyspark.sql import Column, DataFrame
@@ -72,6 +73,15 @@ def check(batch: DataFrame, pipeline: Pipeline) -> DataFrame:
     return checked.withColumn(REASON, F.when(dropped != "", F.concat(F.lit(DROPPED), dropped)).otherwise(F.col(REASON)))
 
 
+def fail_rule_failed(pipeline: Pipeline) -> Column | None:
+    """True where a ``fail`` rule failed (the batch keeps those records' raw value to quote
+    one), or None when the pipeline has no ``fail`` rule."""
+    names = pipeline.spec.expectations.by_action("fail")
+    if not names:
+        return None
+    return reduce(lambda a, b: a | b, [F.col(failed(name)) for name in names])
+
+
 def count_columns(pipeline: Pipeline) -> list[Column]:
     """Aggregates for the batch's audit: records checked, and failures per rule."""
     rules = pipeline.spec.expectations.rows
@@ -99,9 +109,12 @@ def enforce(batch: DataFrame, pipeline: Pipeline, batch_id: int, counts: dict[st
     for name, count in counts.items():
         if count.action != "fail" or not count.failed:
             continue
-        example = batch.filter(F.col(failed(name))).select(q.JSON, "topic", "partition", "offset").first()
+        text_sql = q.raw_text_sql()
+        example = (
+            batch.filter(F.col(failed(name))).selectExpr(f"{text_sql} AS text", "topic", "partition", "offset").first()
+        )
         assert example is not None  # the count says there is one
-        text = example[q.JSON] if len(example[q.JSON]) <= 500 else example[q.JSON][:500] + "..."
+        text = example["text"] if len(example["text"]) <= 500 else example["text"][:500] + "..."
         raise ExpectationFailed(
             f"{pipeline.name}: expectation {name!r} ({describe(pipeline.spec.expectations.rows[name])}) failed "
             f"for {count.failed} of {count.checked} records in batch {batch_id}; nothing of this batch was "

@@ -37,7 +37,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from jobs import continuous, expectations, hadoopfs
 from jobs.backfill import Backfill, BackfillRefused, clip_to_stream, drop_present
-from jobs.parse import REASON, flat_rows, parse, quarantine_rows, read_kafka
+from jobs.parse import REASON, flat_rows, for_split, parse, quarantine_rows, read_kafka
 from jobs.sinks import BatchSink, DeltaSink, ParquetSink, table_exists, table_shape
 from jobs.status import StatusReporter, run_summary
 from sluice import checkpoint, compatibility, locks
@@ -131,7 +131,8 @@ class BatchWriter:
             raise StopRequested(f"{STOP_MARKER} before batch {batch_id}")
         started = time.monotonic()
         out, quarantine = self.sinks()
-        batch = expectations.check(batch, self.pipeline).persist(StorageLevel.MEMORY_AND_DISK)
+        checked = expectations.check(batch, self.pipeline)
+        batch = for_split(checked, expectations.fail_rule_failed(self.pipeline)).persist(StorageLevel.MEMORY_AND_DISK)
         present = 0
         try:
             if self.backfill is not None:

@@ -57,6 +57,24 @@ def parse(raw: DataFrame, pipeline: Pipeline) -> DataFrame:
     )
 
 
+def for_split(batch: DataFrame, keep_raw: Column | None = None) -> DataFrame:
+    """The checked batch as it is kept in memory between the writer's passes.
+
+    A good record is written from its parsed form, a rejected one from its raw bytes, so
+    each row keeps only the one it needs (and ``keep_raw`` rows both: a ``fail`` rule quotes
+    the raw record). The value's text copy is dropped: the quarantine decodes the bytes.
+    Caching the whole row kept every record three times over.
+    """
+    rejected = F.col(REASON).isNotNull()
+    raw = rejected if keep_raw is None else rejected | keep_raw
+    return batch.select(
+        *[F.col(quote(c)) for c in batch.columns if c not in (KEY, q.VALUE, q.JSON, PARSED)],
+        F.when(raw, F.col(KEY)).alias(KEY),
+        F.when(raw, F.col(q.VALUE)).alias(q.VALUE),
+        F.when(~rejected, F.col(PARSED)).alias(PARSED),
+    )
+
+
 def _lineage() -> list[Column]:
     return [
         F.col("topic").alias(flatten.KAFKA_TOPIC),

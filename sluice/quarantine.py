@@ -114,7 +114,7 @@ def _nodes(struct: Struct, path: str = "", expr: str = PARSED) -> list[tuple[str
 
 def raw_text_sql() -> str:
     """The record's value as text that is always valid UTF-8 (``raw_value`` keeps the bytes)."""
-    return f"make_valid_utf8({JSON})"
+    return f"make_valid_utf8(CAST({VALUE} AS STRING))"
 
 
 def reason_sql(schema: Struct, event_field: str, event_format: str, accepted: Bounds) -> str:
