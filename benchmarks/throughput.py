@@ -22,8 +22,8 @@ last. Query time is the sum of the batches' ``triggerExecution`` (Spark's progre
 consume-and-write loop (Python). The fixed cost of a batch is the median time of batches of
 10 records (``--small-batches`` of them; the first, cold one left out). With ``--scale``,
 Sluice also runs on ``local[1]``, on topics of 1, 3 and 6 partitions, and on a standalone
-cluster of two one-core workers (``spark.cores.max`` 1, then 2). ``--trial KEY=VALUE``
-adds ``sluice trial``: Sluice with those Spark settings (``source.KEY=VALUE``: a Kafka source
+cluster of two one-core workers (``spark.cores.max`` 1, then 2). Each ``--trial 'KEY=VALUE[;...]'``
+adds ``sluice trial N``: Sluice with those Spark settings (``source.KEY=VALUE``: a Kafka source
 option of the spec), measured in the same rounds, which is how a tuning's before and after are
 compared. ``--baseline REF`` adds ``sluice @REF``: the ingest job of an earlier commit (checked
 out in a temporary git worktree), the same way, for a change to the code.
@@ -54,9 +54,8 @@ from harness import RESULTS, ROOT, isolated_home
 
 VARIANTS = ("spark noop", "spark delta", "sluice", "python delta")
 #: ``--trial KEY=VALUE``: Sluice again with these Spark settings, side by side with the others.
-TRIAL = "sluice trial"
-TRIAL_CONF: dict[str, str] = {}
-TRIAL_SOURCE: dict[str, str] = {}
+#: ``--trial 'KEY=VALUE[;KEY=VALUE]'``: variant ``sluice trial N`` -> (Spark settings, source options).
+TRIALS: dict[str, tuple[dict[str, str], dict[str, str]]] = {}
 #: ``--baseline REF``: variant name -> the worktree holding that commit.
 BASELINES: dict[str, Path] = {}
 SPEC = ROOT / "pipelines" / "device_signals.yaml"
@@ -270,13 +269,13 @@ def run_variant(
     log.parent.mkdir(parents=True, exist_ok=True)
     env = os.environ | submit_env(master)
     if variant.startswith("sluice"):
-        trial = variant == TRIAL
+        trial_conf, trial_source = TRIALS.get(variant, ({}, {}))
         sub = ingest_submission(
-            sluice_spec(work, name, topic, max_offsets, TRIAL_SOURCE if trial else None),
+            sluice_spec(work, name, topic, max_offsets, trial_source),
             pipeline_name=name,
             available_now=True,
             master=master,
-            conf=(TRIAL_CONF if trial else {}) | (conf or {}),
+            conf=trial_conf | (conf or {}),
         )
         command = sub.command()
         if variant in BASELINES:  # the same submission, with that commit's job and package
@@ -367,19 +366,21 @@ def main() -> int:
         "--trial",
         action="append",
         default=[],
-        metavar="KEY=VALUE",
-        help=f"a Spark setting for '{TRIAL}' (source.KEY=VALUE: a Kafka source option)",
+        metavar="KEY=VALUE[;KEY=VALUE]",
+        help="adds 'sluice trial N' with these Spark settings (source.KEY=VALUE: a Kafka source option)",
     )
     parser.add_argument("--baseline", action="append", default=[], metavar="REF", help="adds 'sluice @REF'")
     args = parser.parse_args()
     variants = [v.strip() for v in args.variants.split(",")]
-    if args.trial:
-        for key, value in (kv.split("=", 1) for kv in args.trial):
+    for n, trial in enumerate(args.trial, 1):
+        settings: tuple[dict[str, str], dict[str, str]] = ({}, {})
+        for key, value in (kv.split("=", 1) for kv in trial.split(";")):
             if key.startswith("source."):
-                TRIAL_SOURCE[key.removeprefix("source.")] = value
+                settings[1][key.removeprefix("source.")] = value
             else:
-                TRIAL_CONF[key] = value
-        variants.append(TRIAL)
+                settings[0][key] = value
+        TRIALS[f"sluice trial {n}"] = settings
+        variants.append(f"sluice trial {n}")
     commits: dict[str, str] = {}
     for ref in args.baseline:
         commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", ref], capture_output=True, text=True, check=True)
@@ -479,7 +480,7 @@ def main() -> int:
         if "python delta" in medians:
             p = medians["python delta"]["rows_per_s_process"]
             ratios["sluice / python delta (process)"] = round(medians["sluice"]["rows_per_s_process"] / p, 3)
-        for other in [TRIAL, *BASELINES]:
+        for other in [*TRIALS, *BASELINES]:
             if other in medians:
                 ratios[f"{other} / sluice (query)"] = round(medians[other]["rows_per_s_query"] / s, 3)
         one = [r for r in scale if r["master"] == "local[1]"]
@@ -518,8 +519,7 @@ def main() -> int:
             "partitions": args.partitions,
             "max_offsets_per_trigger": args.max_offsets,
             "python_append_rows": args.python_append,
-            "trial_conf": TRIAL_CONF,
-            "trial_source_options": TRIAL_SOURCE,
+            "trials": {v: {"conf": c, "source_options": o} for v, (c, o) in TRIALS.items()},
             "baselines": commits,
             "rounds": args.rounds,
             "master": "local[2]",
