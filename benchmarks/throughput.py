@@ -23,8 +23,8 @@ consume-and-write loop (Python). The fixed cost of a batch is the median time of
 10 records (``--small-batches`` of them; the first, cold one left out). With ``--scale``,
 Sluice also runs on ``local[1]``, on topics of 1, 3 and 6 partitions, and on a standalone
 cluster of two one-core workers (``spark.cores.max`` 1, then 2). Each ``--trial 'KEY=VALUE[;...]'``
-adds ``sluice trial N``: Sluice with those Spark settings (``source.KEY=VALUE``: a Kafka source
-option of the spec), measured in the same rounds, which is how a tuning's before and after are
+adds ``sluice trial N``: Sluice with those Spark settings (``source.KEY``: a Kafka source option
+of the spec; ``env.KEY``: an environment variable of the driver), measured in the same rounds, which is how a tuning's before and after are
 compared. ``--baseline REF`` adds ``sluice @REF``: the ingest job of an earlier commit (checked
 out in a temporary git worktree), the same way, for a change to the code.
 
@@ -46,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,8 +55,8 @@ from harness import RESULTS, ROOT, isolated_home
 
 VARIANTS = ("spark noop", "spark delta", "sluice", "python delta")
 #: ``--trial KEY=VALUE``: Sluice again with these Spark settings, side by side with the others.
-#: ``--trial 'KEY=VALUE[;KEY=VALUE]'``: variant ``sluice trial N`` -> (Spark settings, source options).
-TRIALS: dict[str, tuple[dict[str, str], dict[str, str]]] = {}
+#: ``--trial 'KEY=VALUE[;KEY=VALUE]'``: variant ``sluice trial N`` -> its settings.
+TRIALS: dict[str, Trial] = {}
 #: ``--baseline REF``: variant name -> the worktree holding that commit.
 BASELINES: dict[str, Path] = {}
 SPEC = ROOT / "pipelines" / "device_signals.yaml"
@@ -71,6 +72,25 @@ COLUMNS = {  # the flattened columns, as Sluice names them
     "battery": "e.battery",
     "tags": "e.tags",
 }
+
+
+@dataclass
+class Trial:
+    conf: dict[str, str] = field(default_factory=dict)  # Spark settings
+    source: dict[str, str] = field(default_factory=dict)  # source.KEY: Kafka source options of the spec
+    env: dict[str, str] = field(default_factory=dict)  # env.KEY: the driver's environment
+
+    @classmethod
+    def parse(cls, text: str) -> Trial:
+        trial = cls()
+        for key, value in (kv.split("=", 1) for kv in text.split(";")):
+            if key.startswith("source."):
+                trial.source[key.removeprefix("source.")] = value
+            elif key.startswith("env."):
+                trial.env[key.removeprefix("env.")] = value
+            else:
+                trial.conf[key] = value
+        return trial
 
 
 # --- filling the topics -------------------------------------------------------------------
@@ -269,13 +289,14 @@ def run_variant(
     log.parent.mkdir(parents=True, exist_ok=True)
     env = os.environ | submit_env(master)
     if variant.startswith("sluice"):
-        trial_conf, trial_source = TRIALS.get(variant, ({}, {}))
+        trial = TRIALS.get(variant, Trial())
+        env |= trial.env
         sub = ingest_submission(
-            sluice_spec(work, name, topic, max_offsets, trial_source),
+            sluice_spec(work, name, topic, max_offsets, trial.source),
             pipeline_name=name,
             available_now=True,
             master=master,
-            conf=trial_conf | (conf or {}),
+            conf=trial.conf | (conf or {}),
         )
         command = sub.command()
         if variant in BASELINES:  # the same submission, with that commit's job and package
@@ -367,19 +388,13 @@ def main() -> int:
         action="append",
         default=[],
         metavar="KEY=VALUE[;KEY=VALUE]",
-        help="adds 'sluice trial N' with these Spark settings (source.KEY=VALUE: a Kafka source option)",
+        help="adds 'sluice trial N' with these Spark settings (source.KEY: a Kafka source option, env.KEY: a variable)",
     )
     parser.add_argument("--baseline", action="append", default=[], metavar="REF", help="adds 'sluice @REF'")
     args = parser.parse_args()
     variants = [v.strip() for v in args.variants.split(",")]
     for n, trial in enumerate(args.trial, 1):
-        settings: tuple[dict[str, str], dict[str, str]] = ({}, {})
-        for key, value in (kv.split("=", 1) for kv in trial.split(";")):
-            if key.startswith("source."):
-                settings[1][key.removeprefix("source.")] = value
-            else:
-                settings[0][key] = value
-        TRIALS[f"sluice trial {n}"] = settings
+        TRIALS[f"sluice trial {n}"] = Trial.parse(trial)
         variants.append(f"sluice trial {n}")
     commits: dict[str, str] = {}
     for ref in args.baseline:
@@ -519,7 +534,7 @@ def main() -> int:
             "partitions": args.partitions,
             "max_offsets_per_trigger": args.max_offsets,
             "python_append_rows": args.python_append,
-            "trials": {v: {"conf": c, "source_options": o} for v, (c, o) in TRIALS.items()},
+            "trials": {v: asdict(t) for v, t in TRIALS.items()},
             "baselines": commits,
             "rounds": args.rounds,
             "master": "local[2]",
