@@ -102,9 +102,9 @@ def main() -> int:
     from rich.table import Table
 
     from jobs.session import local_session
-    from sluice.broker import EmbeddedBroker
-    from sluice.generate import EventGenerator
-    from sluice.produce import send, synthetic
+    from sluice.dev.broker import EmbeddedBroker
+    from sluice.dev.generate import EventGenerator
+    from sluice.dev.produce import send, synthetic
     from sluice.spec import parse_pipeline
     from sluice.topics import create_topics
 

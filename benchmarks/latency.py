@@ -194,7 +194,7 @@ def measure(
 
 
 def verdict_values(pipeline: Any, n: int = 5000) -> list[bytes]:
-    from sluice.generate import EventGenerator
+    from sluice.dev.generate import EventGenerator
 
     gen = EventGenerator(pipeline, seed=42)
     return [r.value for r in (gen.record() for _ in range(n)) if r.value is not None]
@@ -246,7 +246,7 @@ def main() -> int:
     work = isolated_home("sluice-bench-")
     from rich.console import Console
 
-    from sluice.broker import EmbeddedBroker
+    from sluice.dev.broker import EmbeddedBroker
     from sluice.spec import parse_pipeline
     from sluice.topics import create_topics
 
@@ -375,7 +375,7 @@ def report(raw: dict[str, Any], console: Any) -> None:
 
 
 def continuous_fetch_wait() -> int:
-    from sluice.continuous import SOURCE_DEFAULTS
+    from sluice.spec.continuous import SOURCE_DEFAULTS
 
     return int(SOURCE_DEFAULTS["kafka.fetch.max.wait.ms"])
 
@@ -384,7 +384,7 @@ def start_query(spark: Any, pipeline: Any, mode: str, work: Path) -> Any:
     """The branch's own query (jobs.continuous), or the same transformation as micro-batches."""
     from jobs import continuous
     from jobs.parse import parse, read_kafka
-    from sluice.continuous import source_options
+    from sluice.spec.continuous import source_options
 
     if mode == "continuous":
         return continuous.start(spark, pipeline)

@@ -168,8 +168,8 @@ def main() -> int:
     work = isolated_home("sluice-profile-")
     from rich.console import Console
 
-    from sluice.broker import EmbeddedBroker
-    from sluice.submit import JOBS_DIR, ingest_submission, submit_env
+    from sluice.dev.broker import EmbeddedBroker
+    from sluice.ops.submit import JOBS_DIR, ingest_submission, submit_env
 
     console = Console(width=160)
     out = OUT / args.name

@@ -100,7 +100,7 @@ def fill(bootstrap: str, topic: str, partitions: int, events: int) -> float:
     """Create ``topic`` and send ``events`` good device signals to it, spread over partitions."""
     from confluent_kafka import Producer
 
-    from sluice.generate import EventGenerator
+    from sluice.dev.generate import EventGenerator
     from sluice.spec import load_pipeline
     from sluice.topics import create_topics
 
@@ -281,7 +281,7 @@ def run_variant(
     append_rows: int = 100_000,
     conf: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    from sluice.submit import ingest_submission, submit_env
+    from sluice.ops.submit import ingest_submission, submit_env
 
     name = f"bench_{run}"
     table = work / "tables" / name
@@ -409,8 +409,8 @@ def main() -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from sluice.broker import EmbeddedBroker
-    from sluice.cluster import StandaloneCluster
+    from sluice.dev.broker import EmbeddedBroker
+    from sluice.dev.cluster import StandaloneCluster
 
     console = Console(width=160)
     broker = EmbeddedBroker.default()

@@ -3,7 +3,7 @@
 A backfill is an available-now query with its own checkpoint (so the live stream's
 checkpoint is never touched), reading exactly the assigned partitions from the range's
 start offsets. Before it starts, the range is clipped to what the live stream has
-committed (see :mod:`sluice.backfill` for the rule); records past the range's end are
+committed (see :mod:`sluice.ops.backfill` for the rule); records past the range's end are
 filtered out before anything counts them. Each batch then drops the records the tables
 already hold, matched on (``_kafka_topic``, ``_kafka_partition``, ``_kafka_offset``), so a
 backfill over data the stream has written, or a second run of the same backfill, adds no
@@ -23,8 +23,8 @@ from pyspark.sql import functions as F
 
 from jobs import hadoopfs
 from jobs.sinks import read_table
-from sluice.backfill import clip, describe, refused_all, size
-from sluice.checkpoint import last_batch, parse_offsets
+from sluice.ops.backfill import clip, describe, refused_all, size
+from sluice.records.checkpoint import last_batch, parse_offsets
 from sluice.spec import Pipeline
 
 log = logging.getLogger("sluice.backfill")

@@ -3,7 +3,7 @@
 Spark's continuous processing (``trigger(continuous=...)``) keeps one long-running task
 per Kafka partition that reads, transforms and writes each record as it arrives, and
 records offsets every ``continuous.checkpoint_interval``. Only map-like operations are
-allowed (see :mod:`sluice.continuous`, checked when the spec loads). Delivery is at least
+allowed (see :mod:`sluice.spec.continuous`, checked when the spec loads). Delivery is at least
 once: after a crash, records since the last checkpoint epoch are processed again.
 
 Each good event becomes a verdict on ``sink.topic``::
@@ -28,10 +28,9 @@ from pyspark.sql.streaming import StreamingQuery
 
 from jobs.parse import KEY, REASON, parse, read_kafka
 from jobs.status import StatusReporter
-from sluice import flatten
-from sluice import quarantine as q
-from sluice.continuous import ContinuousError, check_slots, explain_spark_error, source_options
-from sluice.spec import Continuous, Pipeline
+from sluice.spec import Continuous, Pipeline, flatten
+from sluice.spec import quarantine as q
+from sluice.spec.continuous import ContinuousError, check_slots, explain_spark_error, source_options
 from sluice.topics import create_topics, total_partitions
 
 log = logging.getLogger("sluice.continuous")

@@ -1,6 +1,6 @@
 """Row expectations inside the ingest job: per batch, count, quarantine or stop.
 
-The spec's row rules (:mod:`sluice.expectations`) become one boolean column per rule,
+The spec's row rules (:mod:`sluice.spec.expectations`) become one boolean column per rule,
 true where a record that parsed fails it, evaluated over its flattened columns. Plain
 boolean columns, not an array of rule names: Spark generates code for them, while the
 lambdas an array needs are interpreted row by row (they cost a median 9 % of the job's
@@ -21,10 +21,10 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from jobs.parse import REASON
-from sluice import quarantine as q
-from sluice.expectations import DROPPED, describe, failing_sql
-from sluice.flatten import quote
 from sluice.spec import Pipeline
+from sluice.spec import quarantine as q
+from sluice.spec.expectations import DROPPED, describe, failing_sql
+from sluice.spec.flatten import quote
 
 #: Columns added to the parsed batch: did the record reach the rules, and did it fail each.
 CHECKED = "__checked"

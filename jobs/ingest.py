@@ -40,9 +40,9 @@ from jobs.backfill import Backfill, BackfillRefused, clip_to_stream, drop_presen
 from jobs.parse import REASON, flat_rows, for_split, parse, quarantine_rows, read_kafka
 from jobs.sinks import BatchSink, DeltaSink, ParquetSink, table_exists, table_shape
 from jobs.status import StatusReporter, run_summary
-from sluice import checkpoint, compatibility, locks
-from sluice.continuous import ContinuousError
-from sluice.spec import Pipeline, SpecError, Trigger, load_pipeline
+from sluice.records import checkpoint, locks
+from sluice.spec import Pipeline, SpecError, Trigger, compatibility, load_pipeline
+from sluice.spec.continuous import ContinuousError
 
 log = logging.getLogger("sluice.ingest")
 

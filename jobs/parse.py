@@ -14,10 +14,9 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from sluice import eventtime, flatten
-from sluice import quarantine as q
-from sluice.flatten import PARSED, quote
-from sluice.spec import Pipeline
+from sluice.spec import Pipeline, eventtime, flatten
+from sluice.spec import quarantine as q
+from sluice.spec.flatten import PARSED, quote
 
 REASON = "__reason"
 KEY = "__key"

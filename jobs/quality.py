@@ -30,10 +30,9 @@ from typing import Any
 import great_expectations as gx
 import great_expectations.expectations as gxe
 
-from sluice import flatten
-from sluice.expectations import RowRule, TableRule
-from sluice.model import duration_seconds
-from sluice.spec import Pipeline
+from sluice.spec import Pipeline, flatten
+from sluice.spec.expectations import RowRule, TableRule
+from sluice.spec.model import duration_seconds
 
 
 def table_columns(pipeline: Pipeline) -> list[str]:

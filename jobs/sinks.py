@@ -19,7 +19,8 @@ from typing import Protocol
 from pyspark.sql import DataFrame, SparkSession
 
 from jobs import hadoopfs
-from sluice import compatibility, locks, parquet_log
+from sluice.records import locks, parquet_log
+from sluice.spec import compatibility
 
 log = logging.getLogger("sluice.sinks")
 
@@ -63,7 +64,7 @@ EXPIRE_AFTER = 600
 
 
 class ParquetSink:
-    """Exactly once by a commit log (see :mod:`sluice.parquet_log`): a batch's files become
+    """Exactly once by a commit log (see :mod:`sluice.records.parquet_log`): a batch's files become
     visible in one atomic log entry, and a batch whose files the log lists is skipped.
 
     A batch is written with Spark's public DataFrameWriter into a staging folder, its files

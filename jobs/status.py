@@ -1,4 +1,4 @@
-"""The job's own report of its state, read by supervision (see :mod:`sluice.supervise`).
+"""The job's own report of its state, read by supervision (see :mod:`sluice.ops.stream`).
 
 Written to ``$SLUICE_HOME/run/<pipeline>/status.json`` on the driver every second while the
 query runs: a heartbeat (``updated_at``), the Spark application id and UI, the query and
@@ -15,7 +15,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from sluice.supervise import Status, run_dir, write_json
+from sluice.ops.stream import Status, run_dir, write_json
 
 
 def _progress_summary(progress: dict[str, Any] | None) -> dict[str, Any]:

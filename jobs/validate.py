@@ -3,7 +3,7 @@
 The suite comes from the spec (:mod:`jobs.quality`); GX's Spark data source reads each
 selected date partition of the Delta or Parquet table as a batch, a checkpoint validates
 it, stores the result and rebuilds the Data Docs. The job writes a report (see
-:mod:`sluice.validation`) and exits 0 once it has validated; whoever reads the report
+:mod:`sluice.records.validation`) and exits 0 once it has validated; whoever reads the report
 decides (``sluice validate``, the data-quality DAG). Run by them, or by hand::
 
     spark-submit ... jobs/validate.py --spec pipelines/payments.yaml --dates latest:2 --report r.json
@@ -23,8 +23,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.sinks import read_table, table_exists
+from sluice.records.validation import Outcome, Partition, Report, Selection, quality_home
 from sluice.spec import Pipeline, SpecError, load_pipeline
-from sluice.validation import Outcome, Partition, Report, Selection, quality_home
 
 log = logging.getLogger("sluice.validate")
 

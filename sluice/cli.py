@@ -19,26 +19,35 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from sluice import compatibility, config, supervise
-from sluice.airflow_env import airflow_binary, airflow_env
-from sluice.backfill import BackfillError
-from sluice.backfill import plan as plan_backfill
-from sluice.broker import BrokerError, EmbeddedBroker
-from sluice.continuous import ContinuousError
-from sluice.generate import EventGenerator
-from sluice.locks import Claimed
-from sluice.produce import ProduceError, ProduceReport, read_ndjson, send, synthetic
-from sluice.spec import Pipeline, SpecError, all_pipelines, duration_seconds, load_pipeline, valid_pipelines
-from sluice.submit import (
+from sluice import config
+from sluice.airflow.env import airflow_binary, airflow_env
+from sluice.dev.broker import BrokerError, EmbeddedBroker
+from sluice.dev.generate import EventGenerator
+from sluice.dev.produce import ProduceError, ProduceReport, read_ndjson, send, synthetic
+from sluice.ops import stream as supervise
+from sluice.ops.backfill import BackfillError
+from sluice.ops.backfill import plan as plan_backfill
+from sluice.ops.stream import Driver
+from sluice.ops.submit import (
     check_continuous_slots,
     default_master,
     ingest_submission,
     submit_env,
     validation_submission,
 )
-from sluice.supervise import Driver
+from sluice.records.locks import Claimed
+from sluice.records.validation import Report, Selection, new_report_path, read_report
+from sluice.spec import (
+    Pipeline,
+    SpecError,
+    all_pipelines,
+    compatibility,
+    duration_seconds,
+    load_pipeline,
+    valid_pipelines,
+)
+from sluice.spec.continuous import ContinuousError
 from sluice.topics import create_topics, end_offsets
-from sluice.validation import Report, Selection, new_report_path, read_report
 
 console = Console(highlight=False)
 app = typer.Typer(

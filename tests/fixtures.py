@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from sluice import config
-from sluice.broker import EmbeddedBroker
+from sluice.dev.broker import EmbeddedBroker
 from sluice.spec import Pipeline, load_pipeline
 from sluice.topics import create_topics
 
@@ -135,7 +135,7 @@ def read_without_spark(fmt: str, path: str, columns: list[str] | None = None) ->
     import pyarrow.dataset as ds
     from deltalake import DeltaTable
 
-    from sluice import parquet_log
+    from sluice.records import parquet_log
 
     empty = pa.table({c: [] for c in columns or []})
     if fmt == "delta":
@@ -164,7 +164,7 @@ class Airflow:
     """Airflow 3 in its own venv, pointed at the test broker, SLUICE_HOME and Spark runtime."""
 
     def __init__(self, home: Path) -> None:
-        from sluice.airflow_env import airflow_binary, airflow_env
+        from sluice.airflow.env import airflow_binary, airflow_env
 
         self.binary = str(airflow_binary())
         self.pipelines = home / "pipelines"

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from jobs.sinks import read_table
-from sluice.generate import EventGenerator
-from sluice.produce import send, synthetic
+from sluice.dev.generate import EventGenerator
+from sluice.dev.produce import send, synthetic
 from tests.fixtures import free_port, make_pipeline, new_topic
 
 pytestmark = pytest.mark.e2e

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from jobs.sinks import read_table
-from sluice import supervise
-from sluice.generate import EventGenerator
-from sluice.produce import send, synthetic
+from sluice.dev.generate import EventGenerator
+from sluice.dev.produce import send, synthetic
+from sluice.ops import stream as supervise
 from sluice.spec import Pipeline
 from tests.fixtures import audit_totals, make_pipeline, new_topic
 

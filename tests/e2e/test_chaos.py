@@ -26,13 +26,13 @@ from pathlib import Path
 
 import pytest
 
-from sluice import supervise
-from sluice.backfill import BackfillError, plan
-from sluice.checkpoint import read_committed
-from sluice.generate import EventGenerator, Record
-from sluice.produce import Delivered, send
+from sluice.dev.generate import EventGenerator, Record
+from sluice.dev.produce import Delivered, send
+from sluice.ops import stream as supervise
+from sluice.ops.backfill import BackfillError, plan
+from sluice.ops.submit import ingest_submission, submit_env
+from sluice.records.checkpoint import read_committed
 from sluice.spec import Pipeline
-from sluice.submit import ingest_submission, submit_env
 from tests.fixtures import all_audit_totals, kafka_keys, make_pipeline, new_topic, read_without_spark
 
 pytestmark = [pytest.mark.e2e, pytest.mark.chaos]

@@ -15,9 +15,9 @@ import uuid
 import pytest
 from confluent_kafka import Consumer
 
-from sluice import supervise
-from sluice.generate import EventGenerator
-from sluice.produce import send, synthetic
+from sluice.dev.generate import EventGenerator
+from sluice.dev.produce import send, synthetic
+from sluice.ops import stream as supervise
 from tests.fixtures import make_pipeline, new_topic
 
 pytestmark = [pytest.mark.e2e, pytest.mark.chaos]

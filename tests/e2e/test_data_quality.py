@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from sluice.generate import EventGenerator, Record
-from sluice.produce import send
-from sluice.validation import quality_home, read_report
+from sluice.dev.generate import EventGenerator, Record
+from sluice.dev.produce import send
+from sluice.records.validation import quality_home, read_report
 from tests.e2e.test_cli import sluice
 from tests.fixtures import make_pipeline, new_topic, run_available_now
 

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from jobs.ingest import KILL_AFTER_WRITING
-from sluice.generate import EventGenerator
-from sluice.produce import send, synthetic
+from sluice.dev.generate import EventGenerator
+from sluice.dev.produce import send, synthetic
+from sluice.ops.submit import ingest_submission, submit_env
 from sluice.spec import Pipeline
-from sluice.submit import ingest_submission, submit_env
 from tests.fixtures import audit_totals, kafka_keys, make_pipeline, new_topic, read_without_spark
 
 pytestmark = [pytest.mark.e2e, pytest.mark.chaos]

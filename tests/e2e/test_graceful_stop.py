@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from sluice import supervise
-from sluice.generate import EventGenerator
-from sluice.produce import send, synthetic
-from sluice.submit import ingest_submission, submit_env
+from sluice.dev.generate import EventGenerator
+from sluice.dev.produce import send, synthetic
+from sluice.ops import stream as supervise
+from sluice.ops.submit import ingest_submission, submit_env
 from tests.fixtures import kafka_keys, make_pipeline, new_topic, read_without_spark
 
 pytestmark = [pytest.mark.e2e, pytest.mark.chaos]

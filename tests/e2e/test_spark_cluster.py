@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from jobs.sinks import read_table
-from sluice import supervise
-from sluice.airflow_env import CONN_ID, spark_connection
-from sluice.cluster import StandaloneCluster
-from sluice.generate import EventGenerator
-from sluice.produce import send, synthetic
+from sluice.airflow.env import CONN_ID, spark_connection
+from sluice.dev.cluster import StandaloneCluster
+from sluice.dev.generate import EventGenerator
+from sluice.dev.produce import send, synthetic
+from sluice.ops import stream as supervise
 from tests.fixtures import make_pipeline, new_topic
 
 pytestmark = pytest.mark.e2e

@@ -10,9 +10,9 @@ import pytest
 
 from jobs.backfill import Backfill
 from jobs.ingest import run
-from sluice.backfill import BackfillError, plan
-from sluice.generate import EventGenerator
-from sluice.produce import send, synthetic
+from sluice.dev.generate import EventGenerator
+from sluice.dev.produce import send, synthetic
+from sluice.ops.backfill import BackfillError, plan
 from tests.fixtures import all_audit_totals, kafka_keys, make_pipeline, new_topic, read_without_spark, run_available_now
 
 pytestmark = pytest.mark.integration

@@ -14,9 +14,9 @@ import pytest
 
 from jobs.ingest import start
 from jobs.sinks import read_table, table_shape
-from sluice import compatibility
-from sluice.generate import EventGenerator
-from sluice.produce import send, synthetic
+from sluice.dev.generate import EventGenerator
+from sluice.dev.produce import send, synthetic
+from sluice.spec import compatibility
 from tests.conftest import ROOT
 from tests.fixtures import make_pipeline, new_topic, run_available_now
 

@@ -13,9 +13,9 @@ from confluent_kafka import Consumer
 
 from jobs import continuous
 from jobs.parse import read_kafka
-from sluice.continuous import ContinuousError, explain_spark_error
-from sluice.generate import EventGenerator
-from sluice.produce import send, synthetic
+from sluice.dev.generate import EventGenerator
+from sluice.dev.produce import send, synthetic
+from sluice.spec.continuous import ContinuousError, explain_spark_error
 from tests.fixtures import make_pipeline, new_topic
 
 pytestmark = pytest.mark.integration

@@ -15,8 +15,8 @@ import pytest
 
 from jobs.ingest import run
 from jobs.sinks import read_table
-from sluice.generate import EventGenerator, Record
-from sluice.produce import send, synthetic
+from sluice.dev.generate import EventGenerator, Record
+from sluice.dev.produce import send, synthetic
 from tests.fixtures import audit_totals, make_pipeline, new_topic
 
 pytestmark = pytest.mark.integration

@@ -12,9 +12,9 @@ import pytest
 
 from jobs.ingest import CheckpointMismatch, start
 from jobs.sinks import read_table
-from sluice import quarantine as q
-from sluice.generate import EventGenerator, Record
-from sluice.produce import send, synthetic
+from sluice.dev.generate import EventGenerator, Record
+from sluice.dev.produce import send, synthetic
+from sluice.spec import quarantine as q
 from tests.fixtures import audit_totals, make_pipeline, new_topic, read_without_spark, run_available_now
 
 pytestmark = pytest.mark.integration

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from jobs.sinks import read_table, table_shape
-from sluice import compatibility
-from sluice.produce import read_ndjson, send
+from sluice.dev.produce import read_ndjson, send
+from sluice.spec import compatibility
 from tests.conftest import ROOT, require_real_data
 from tests.fixtures import audit_totals, make_pipeline, new_topic, run_available_now
 

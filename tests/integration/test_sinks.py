@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from jobs.sinks import read_table
-from sluice import parquet_log
-from sluice.generate import EventGenerator
-from sluice.produce import send
+from sluice.dev.generate import EventGenerator
+from sluice.dev.produce import send
+from sluice.records import parquet_log
 from tests.fixtures import audit_totals, kafka_keys, make_pipeline, new_topic, read_without_spark, run_available_now
 
 pytestmark = pytest.mark.integration

@@ -17,9 +17,9 @@ from urllib.request import url2pathname
 import pytest
 
 from jobs.validate import ValidationError, validate
-from sluice.generate import EventGenerator, Record
-from sluice.produce import send
-from sluice.validation import Selection
+from sluice.dev.generate import EventGenerator, Record
+from sluice.dev.produce import send
+from sluice.records.validation import Selection
 from tests.fixtures import make_pipeline, new_topic, run_available_now
 
 pytestmark = pytest.mark.integration

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from sluice.backfill import BackfillPlan, clip, describe, size
-from sluice.checkpoint import last_batch, parse_offsets
+from sluice.ops.backfill import BackfillPlan, clip, describe, size
+from sluice.records.checkpoint import last_batch, parse_offsets
 
 
 def test_clip_keeps_what_the_stream_committed_and_refuses_the_rest() -> None:

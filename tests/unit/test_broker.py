@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from sluice.broker import EmbeddedBroker
+from sluice.dev.broker import EmbeddedBroker
 
 
 def broker(tmp_path) -> EmbeddedBroker:

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from sluice.checkpoint import pending_batch, split_changes
+from sluice.records.checkpoint import pending_batch, split_changes
 from sluice.spec import load_pipeline
 from tests.unit.test_spec import GOOD, write
 

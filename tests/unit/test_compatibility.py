@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from sluice import compatibility as c
+from sluice.spec import compatibility as c
 from sluice.spec import load_pipeline
 
 

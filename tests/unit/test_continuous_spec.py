@@ -6,7 +6,8 @@ import pytest
 import yaml
 
 from sluice import config
-from sluice.continuous import (
+from sluice.spec import SpecError, load_pipeline
+from sluice.spec.continuous import (
     SOURCE_DEFAULTS,
     ContinuousError,
     check_expression,
@@ -15,7 +16,6 @@ from sluice.continuous import (
     required_slots,
     source_options,
 )
-from sluice.spec import SpecError, load_pipeline
 
 SHIPPED = config.PROJECT_ROOT / "pipelines" / "payments_fraud.yaml"
 

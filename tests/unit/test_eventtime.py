@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from sluice import eventtime
-from sluice.schema import Atomic, Struct
+from sluice.spec import eventtime
+from sluice.spec.schema import Atomic, Struct
 
 LONG, STRING, DOUBLE = Atomic("long"), Atomic("string"), Atomic("double")
 

@@ -6,8 +6,8 @@ import pytest
 import yaml
 
 from sluice import config
-from sluice.expectations import Expectations, RowRule, describe, failing_sql, sql_literal
 from sluice.spec import SpecError, load_pipeline
+from sluice.spec.expectations import Expectations, RowRule, describe, failing_sql, sql_literal
 
 PAYMENTS = config.PROJECT_ROOT / "pipelines" / "payments.yaml"
 

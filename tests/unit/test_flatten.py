@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from sluice.flatten import METADATA_COLUMNS, FlattenError, plan_flatten
-from sluice.schema import Array, Atomic, parse_ddl
+from sluice.spec.flatten import METADATA_COLUMNS, FlattenError, plan_flatten
+from sluice.spec.schema import Array, Atomic, parse_ddl
 
 
 def test_nested_structs_join_their_path() -> None:

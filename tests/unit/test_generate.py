@@ -6,9 +6,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from sluice import quarantine as q
-from sluice.generate import BAD_KINDS, EventGenerator
+from sluice.dev.generate import BAD_KINDS, EventGenerator
 from sluice.spec import load_pipeline
+from sluice.spec import quarantine as q
 
 NOW = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
 

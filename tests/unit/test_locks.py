@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice import locks
+from sluice.records import locks
 from sluice.spec import Pipeline, load_pipeline
 from tests.conftest import ROOT
 
@@ -38,7 +38,7 @@ def pipeline(tmp_path: Path, name: str, table: str = "tables/t", checkpoint: str
 def held_elsewhere(name: str, claims: list[locks.Claim]) -> Iterator[int]:
     """Another process holding ``claims`` until the block ends; yields its pid."""
     code = (
-        "import sys; from sluice import locks\n"
+        "import sys; from sluice.records import locks\n"
         f"claims = [locks.Claim(p, r) for p, r in {[(c.path, c.role) for c in claims]!r}]\n"
         f"with locks.claim({name!r}, claims):\n"
         "    print('held', flush=True); sys.stdin.read()\n"
@@ -100,7 +100,7 @@ def test_paths_are_compared_as_places_not_spellings(tmp_path) -> None:
 def test_a_claim_is_released_when_its_holder_dies(tmp_path) -> None:
     p = pipeline(tmp_path, "p")
     code = (
-        "import os, signal; from sluice import locks\n"
+        "import os, signal; from sluice.records import locks\n"
         f"with locks.claim('p', [locks.Claim({p.checkpoint_path!r}, 'checkpoint')]):\n"
         "    os.kill(os.getpid(), signal.SIGKILL)\n"
     )

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice import parquet_log as log
+from sluice.records import parquet_log as log
 
 
 def entry(name: str, action: str = "add") -> log.Entry:

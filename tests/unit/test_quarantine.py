@@ -1,8 +1,8 @@
 from __future__ import annotations
 
-from sluice import quarantine as q
-from sluice.eventtime import Bounds, parse_bound
-from sluice.schema import parse_ddl
+from sluice.spec import quarantine as q
+from sluice.spec.eventtime import Bounds, parse_bound
+from sluice.spec.schema import parse_ddl
 
 DEFAULT = Bounds(parse_bound("1970-01-01", before=True), parse_bound("1 day", before=False))
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from sluice.schema import Array, Atomic, Map, SchemaError, Struct, load_schema, parse_ddl, parse_json_schema
+from sluice.spec.schema import Array, Atomic, Map, SchemaError, Struct, load_schema, parse_ddl, parse_json_schema
 from tests.conftest import ROOT
 
 

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from sluice.submit import Submission, ingest_submission
+from sluice.ops.submit import Submission, ingest_submission
 
 
 def test_command_line_layout() -> None:

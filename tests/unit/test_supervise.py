@@ -11,9 +11,9 @@ import time
 import psutil
 import pytest
 
-from sluice import supervise
-from sluice.checkpoint import Committed, read_committed
-from sluice.supervise import Observation, assess
+from sluice.ops import stream as supervise
+from sluice.ops.stream import Observation, assess
+from sluice.records.checkpoint import Committed, read_committed
 
 STALL = 600.0
 

@@ -6,7 +6,7 @@ from datetime import UTC, date, datetime
 
 import pytest
 
-from sluice.validation import Outcome, Partition, Report, Selection, read_report
+from sluice.records.validation import Outcome, Partition, Report, Selection, read_report
 
 
 @pytest.mark.parametrize(

@@ -36,12 +36,13 @@ from pydantic import (
     model_validator,
 )
 
-from sluice import config, eventtime
-from sluice.continuous import MICRO_BATCH_HINT, ContinuousError, check_expression
-from sluice.expectations import Expectations
-from sluice.flatten import METADATA_COLUMNS, FlattenError, FlattenPlan, plan_flatten
-from sluice.model import Duration, Schedule, StrictModel, duration_seconds
-from sluice.schema import Array, SchemaError, Struct, load_schema
+from sluice import config
+from sluice.spec import eventtime
+from sluice.spec.continuous import MICRO_BATCH_HINT, ContinuousError, check_expression
+from sluice.spec.expectations import Expectations
+from sluice.spec.flatten import METADATA_COLUMNS, FlattenError, FlattenPlan, plan_flatten
+from sluice.spec.model import Duration, Schedule, StrictModel, duration_seconds
+from sluice.spec.schema import Array, SchemaError, Struct, load_schema
 
 __all__ = ["Duration", "Pipeline", "PipelineSpec", "SpecError", "duration_seconds", "load_pipeline"]
 
@@ -192,7 +193,7 @@ class DatePartition(StrictModel):
 
 
 class Flatten(StrictModel):
-    """Flattening rules; see :mod:`sluice.flatten` for the naming rule."""
+    """Flattening rules; see :mod:`sluice.spec.flatten` for the naming rule."""
 
     separator: str = Field(default="_", pattern=r"^[A-Za-z0-9_]{1,3}$")
     rename: dict[str, str] = Field(default_factory=dict)

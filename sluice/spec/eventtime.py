@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from sluice.model import duration_seconds
-from sluice.schema import Atomic, DataType
+from sluice.spec.model import duration_seconds
+from sluice.spec.schema import Atomic, DataType
 
 EPOCH_FORMATS = {
     "epoch_seconds": "timestamp_seconds",

@@ -34,8 +34,8 @@ from typing import Annotated, ClassVar, Literal, Self
 
 from pydantic import AfterValidator, Field, PositiveInt, model_validator
 
-from sluice.flatten import quote
-from sluice.model import Duration, StrictModel, check_schedule
+from sluice.spec.flatten import quote
+from sluice.spec.model import Duration, StrictModel, check_schedule
 
 Action = Literal["warn", "drop", "fail"]
 Name = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]

@@ -18,9 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sluice import flatten
-from sluice.schema import SchemaError, parse_json_schema
-from sluice.spec import Pipeline
+from sluice.spec import flatten
+from sluice.spec.pipeline import Pipeline
+from sluice.spec.schema import SchemaError, parse_json_schema
 
 #: Spark keeps the writer's schema in every Parquet file's footer under this key.
 SPARK_SCHEMA_KEY = b"org.apache.spark.sql.parquet.row.metadata"
@@ -117,7 +117,7 @@ def check(pipeline: Pipeline, read: Reader) -> None:
 
 def read_local(fmt: str, path: str) -> Shape | None:
     """A local table's shape, without Spark (delta-rs, pyarrow); None if it has no data yet."""
-    from sluice import parquet_log
+    from sluice.records import parquet_log
 
     if fmt == "delta":
         from deltalake import DeltaTable

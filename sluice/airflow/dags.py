@@ -3,7 +3,7 @@
 Per spec ``sluice_<name>``: scheduled, it supervises the stream (start it if it never ran,
 restart it from its checkpoint if it died, fail when it is stalled or lagging); triggered
 from the UI, a parameter form offers start, stop, restart, supervise and backfill. The
-stream itself is launched detached (see :mod:`sluice.supervise`), so no worker slot is
+stream itself is launched detached (see :mod:`sluice.ops.stream`), so no worker slot is
 held while it runs. The last task publishes the table's Asset when new batches landed.
 
 Per Delta spec ``sluice_<name>_maintenance``: OPTIMIZE recent partitions, then VACUUM.
@@ -32,22 +32,22 @@ from airflow.sdk import DAG, Asset, Param, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from sluice import config
-from sluice.airflow_env import CONN_ID
-from sluice.locks import Claimed
-from sluice.spec import Pipeline, SpecError, load_pipeline
-from sluice.submit import (
+from sluice.airflow.env import CONN_ID
+from sluice.ops.submit import (
     check_continuous_slots,
     ingest_submission,
     maintenance_submission,
     submit_env,
     validation_submission,
 )
-from sluice.validation import Selection, new_report_path, quality_home, read_report
+from sluice.records.locks import Claimed
+from sluice.records.validation import Selection, new_report_path, quality_home, read_report
+from sluice.spec import Pipeline, SpecError, load_pipeline
 
 if TYPE_CHECKING:
-    from sluice.supervise import Driver
+    from sluice.ops.stream import Driver
 
-# Task code imports sluice.supervise (psutil, confluent-kafka) when it runs, not at parse time.
+# Task code imports sluice.ops.stream (psutil, confluent-kafka) when it runs, not at parse time.
 log = logging.getLogger("sluice.dags")
 
 START_DATE = datetime(2026, 1, 1)
@@ -170,7 +170,7 @@ def _launch(pipeline: Pipeline, trigger: str, processing_time: str | None, launc
     """Launch the stream with the command the Spark provider's hook builds from the connection."""
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
-    from sluice import supervise
+    from sluice.ops import stream as supervise
 
     continuous = pipeline.spec.mode == "continuous"
     available_now = not continuous and (
@@ -204,9 +204,9 @@ def _launch(pipeline: Pipeline, trigger: str, processing_time: str | None, launc
 
 def control(spec_path: str) -> dict[str, Any] | None:
     """The task behind every action but backfill; for backfill it plans the offset ranges."""
-    from sluice import supervise
-    from sluice.backfill import BackfillError
-    from sluice.backfill import plan as plan_backfill
+    from sluice.ops import stream as supervise
+    from sluice.ops.backfill import BackfillError
+    from sluice.ops.backfill import plan as plan_backfill
 
     ctx = get_current_context()
     p: dict[str, Any] = ctx["params"]
@@ -256,7 +256,7 @@ def control(spec_path: str) -> dict[str, Any] | None:
 
 def publish(pipeline: Pipeline) -> dict[str, int]:
     """Emit the table's asset event when batches committed since the last one (else skip)."""
-    from sluice import supervise
+    from sluice.ops import stream as supervise
 
     marker = supervise.run_dir(pipeline.name) / "published.json"
     since = (supervise.read_json(marker) or {}).get("mtime", 0.0)

@@ -31,9 +31,9 @@ from __future__ import annotations
 
 import re
 
-from sluice.eventtime import Bounds
-from sluice.flatten import PARSED, quote
-from sluice.schema import DataType, Struct
+from sluice.spec.eventtime import Bounds
+from sluice.spec.flatten import PARSED, quote
+from sluice.spec.schema import DataType, Struct
 
 #: Columns of the parsing stage in the Spark job.
 VALUE = "__value"

@@ -25,7 +25,7 @@ import itertools
 import re
 from dataclasses import dataclass
 
-from sluice.schema import Array, DataType, Struct
+from sluice.spec.schema import Array, DataType, Struct
 
 #: The column that holds the parsed event in the Spark job.
 PARSED = "__data"

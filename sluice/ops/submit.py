@@ -132,7 +132,7 @@ def check_continuous_slots(pipeline: Pipeline, master: str) -> None:
     """A continuous branch on a local master needs a core per partition (raises ContinuousError)."""
     if pipeline.spec.mode != "continuous":
         return
-    from sluice.continuous import precheck
+    from sluice.spec.continuous import precheck
     from sluice.topics import total_partitions
 
     src = pipeline.spec.source

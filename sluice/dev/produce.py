@@ -14,7 +14,7 @@ from pathlib import Path
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from sluice.generate import EventGenerator, Record
+from sluice.dev.generate import EventGenerator, Record
 
 
 class ProduceError(RuntimeError):

@@ -6,7 +6,7 @@ uuid``). Event times are spread over the last ``days`` days so that several date
 partitions fill up.
 
 Bad records are mutations of good ones, one kind at a time, and each carries the exact
-quarantine reason the pipeline must give it (worded by :mod:`sluice.quarantine`), so a
+quarantine reason the pipeline must give it (worded by :mod:`sluice.spec.quarantine`), so a
 test can check the quarantine table reason for reason.
 """
 
@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sluice import quarantine as q
-from sluice.schema import Array, Atomic, DataType, Map, Struct
 from sluice.spec import Pipeline
+from sluice.spec import quarantine as q
+from sluice.spec.schema import Array, Atomic, DataType, Map, Struct
 
 BAD_KINDS = (
     "malformed",

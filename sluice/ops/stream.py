@@ -28,8 +28,9 @@ from typing import Any, Literal
 
 import psutil
 
-from sluice import config, locks
-from sluice.checkpoint import Committed, read_committed
+from sluice import config
+from sluice.records import locks
+from sluice.records.checkpoint import Committed, read_committed
 from sluice.spec import Pipeline, duration_seconds
 from sluice.topics import end_offsets, list_topics
 
@@ -149,7 +150,7 @@ def launch(
 ) -> Driver:
     """Start spark-submit detached (own session, output to a log file) and record it.
 
-    Raises :class:`sluice.locks.Claimed` first if another driver holds the pipeline's
+    Raises :class:`sluice.records.locks.Claimed` first if another driver holds the pipeline's
     checkpoint or tables (the job would refuse to start anyway, less visibly).
     """
     locks.check_free(pipeline.name, locks.claims_for(pipeline))

@@ -17,7 +17,8 @@ import os
 import sys
 from pathlib import Path
 
-from sluice import config, submit
+from sluice import config
+from sluice.ops import submit
 
 CONN_ID = "sluice_spark"
 

@@ -16,7 +16,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from sluice.submit import spark_home
+from sluice.ops.submit import spark_home
 
 
 def _free_port() -> int:

@@ -23,7 +23,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
-from sluice.checkpoint import local_dir, read_committed
+from sluice.records.checkpoint import local_dir, read_committed
 from sluice.spec import Pipeline
 from sluice.topics import offsets_for_time, watermarks
 
