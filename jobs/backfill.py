@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import reduce
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -23,52 +22,31 @@ from pyspark.sql import functions as F
 
 from jobs import hadoopfs
 from jobs.sinks import read_table
-from sluice.ops.backfill import clip, describe, refused_all, size
+from sluice.ops.backfill import refused_all
+from sluice.records.backfill import BackfillPlan, describe, size
 from sluice.records.checkpoint import last_batch, parse_offsets
 from sluice.spec import Pipeline
 
 log = logging.getLogger("sluice.backfill")
 
 
-@dataclass(frozen=True)
-class Backfill:
-    id: str
-    #: topic -> partition -> [first offset, end offset) ; every partition of each topic
-    ranges: dict[str, dict[int, tuple[int, int]]]
+def source_options(plan: BackfillPlan, options: dict[str, str]) -> dict[str, str]:
+    """The stream's Kafka options, narrowed to exactly the plan's partitions and start."""
+    opts = {k: v for k, v in options.items() if k not in ("subscribe", "subscribePattern", "startingOffsets")}
+    opts["assign"] = json.dumps({t: sorted(parts) for t, parts in plan.ranges.items()})
+    opts["startingOffsets"] = json.dumps(
+        {t: {str(p): r[0] for p, r in parts.items()} for t, parts in plan.ranges.items()}
+    )
+    return opts
 
-    @classmethod
-    def parse(cls, backfill_id: str, text: str) -> Backfill:
-        raw = json.loads(text)
-        ranges = {t: {int(p): (int(r[0]), int(r[1])) for p, r in parts.items()} for t, parts in raw.items()}
-        for topic, parts in ranges.items():
-            for p, (first, end) in parts.items():
-                if first < 0 or end < first:
-                    raise ValueError(f"backfill range {topic}/{p}: [{first}, {end}) is not a valid offset range")
-        return cls(backfill_id, ranges)
 
-    def source_options(self, options: dict[str, str]) -> dict[str, str]:
-        """The stream's Kafka options, narrowed to exactly the range's partitions and start."""
-        opts = {k: v for k, v in options.items() if k not in ("subscribe", "subscribePattern", "startingOffsets")}
-        opts["assign"] = json.dumps({t: sorted(parts) for t, parts in self.ranges.items()})
-        opts["startingOffsets"] = json.dumps(
-            {t: {str(p): r[0] for p, r in parts.items()} for t, parts in self.ranges.items()}
-        )
-        return opts
-
-    def clip(self, committed: dict[str, dict[int, int]]) -> tuple[Backfill, str | None]:
-        """This backfill without what the live stream has not committed, and what was refused."""
-        kept, refused = clip(self.ranges, committed)
-        if not size(refused):
-            return self, None
-        return Backfill(self.id, kept), describe(refused)
-
-    def in_range(self) -> Column:
-        conds = [
-            (F.col("topic") == t) & (F.col("partition") == p) & (F.col("offset") < end)
-            for t, parts in self.ranges.items()
-            for p, (_, end) in parts.items()
-        ]
-        return reduce(lambda a, b: a | b, conds, F.lit(False))
+def in_range(plan: BackfillPlan) -> Column:
+    conds = [
+        (F.col("topic") == t) & (F.col("partition") == p) & (F.col("offset") < end)
+        for t, parts in plan.ranges.items()
+        for p, (_, end) in parts.items()
+    ]
+    return reduce(lambda a, b: a | b, conds, F.lit(False))
 
 
 class BackfillRefused(ValueError):
@@ -83,14 +61,17 @@ def stream_committed(spark: SparkSession, checkpoint: str) -> dict[str, dict[int
     return parse_offsets(hadoopfs.read_text(spark, f"{checkpoint}/offsets/{last}"))
 
 
-def clip_to_stream(spark: SparkSession, pipeline: Pipeline, backfill: Backfill) -> Backfill:
+def clip_to_stream(spark: SparkSession, pipeline: Pipeline, backfill: BackfillPlan) -> BackfillPlan:
     """The backfill, clipped to what the live stream has committed now (the plan clipped it
     already when the checkpoint was on its machine; the stream only moves forward since)."""
     committed = stream_committed(spark, pipeline.checkpoint_path)
-    clipped, refused = backfill.clip(committed)
-    if refused is not None:
+    clipped = backfill.clip(committed)
+    if size(clipped.refused) > size(backfill.refused):
         log.warning(
-            "%s backfill %s: refused %s, which the stream has not committed yet", pipeline.name, backfill.id, refused
+            "%s backfill %s: refused %s, which the stream has not committed yet",
+            pipeline.name,
+            backfill.id,
+            describe(clipped.refused),
         )
     if not size(clipped.ranges):
         raise BackfillRefused(refused_all(pipeline, f"backfill {backfill.id}", committed))

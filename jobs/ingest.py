@@ -3,7 +3,7 @@
 Run by ``sluice run SPEC`` and by Airflow, both through spark-submit::
 
     spark-submit ... jobs/ingest.py --spec pipelines/device_signals.yaml [--available-now]
-    spark-submit ... jobs/ingest.py --spec ... --backfill-id ID --backfill-range '{"topic": {"0": [10, 500]}}'
+    spark-submit ... jobs/ingest.py --spec ... --backfill PLAN   (a BackfillPlan as JSON)
 
 Per micro-batch: parse every record, write the good ones (flattened) to the output table
 and the rest to the quarantine table with the reason, and record the counts
@@ -26,7 +26,7 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any
 
 from pyspark import StorageLevel
@@ -36,11 +36,14 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from jobs import continuous, expectations, hadoopfs
-from jobs.backfill import Backfill, BackfillRefused, clip_to_stream, drop_present
+from jobs.backfill import BackfillRefused, clip_to_stream, drop_present, in_range, source_options
 from jobs.parse import REASON, flat_rows, for_split, parse, quarantine_rows, read_kafka
 from jobs.sinks import BatchSink, DeltaSink, ParquetSink, table_exists, table_shape
 from jobs.status import StatusReporter, run_summary
 from sluice.records import checkpoint, locks
+from sluice.records.audit import BatchAudit
+from sluice.records.audit import file_name as audit_file
+from sluice.records.backfill import BackfillPlan
 from sluice.spec import Pipeline, SpecError, Trigger, compatibility, load_pipeline
 from sluice.spec.continuous import ContinuousError
 
@@ -55,21 +58,6 @@ KILL_AFTER_WRITING = "SLUICE_TEST_KILL_AFTER_WRITING_BATCH"
 
 class CheckpointMismatch(RuntimeError):
     """The table has data but the checkpoint is new: running would repeat or skip data."""
-
-
-@dataclass
-class BatchAudit:
-    pipeline: str
-    batch_id: int
-    records_in: int
-    records_out: int
-    records_quarantined: int
-    rows_out: int  # differs from records_out only when arrays are exploded
-    records_already_present: int = 0  # backfills only: in the range, but already in a table (not counted in)
-    offsets: dict[str, dict[str, list[int]]] = field(default_factory=dict)  # topic -> partition -> [first, last]
-    expectations: dict[str, dict[str, Any]] = field(default_factory=dict)  # rule -> action, checked, failed
-    seconds: float = 0.0
-    written_at: str = ""
 
 
 class StopRequested(RuntimeError):
@@ -98,7 +86,7 @@ class BatchWriter:
         self,
         spark: SparkSession,
         pipeline: Pipeline,
-        backfill: Backfill | None = None,
+        backfill: BackfillPlan | None = None,
         stop: threading.Event | None = None,
     ) -> None:
         self.spark, self.pipeline, self.backfill, self.stop = spark, pipeline, backfill, stop
@@ -158,7 +146,7 @@ class BatchWriter:
             batch.unpersist()
         audit.seconds = round(time.monotonic() - started, 3)
         audit.written_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        hadoopfs.write_text(self.spark, f"{self.pipeline.audit_path}/{batch_id:012d}.json", json.dumps(asdict(audit)))
+        hadoopfs.write_text(self.spark, f"{self.pipeline.audit_path}/{audit_file(batch_id)}", audit.to_json())
         log.info(
             "%s batch %d: %d records in -> %d out (%d rows), %d quarantined in %.2fs",
             self.pipeline.name,
@@ -260,7 +248,7 @@ def check_split(spark: SparkSession, pipeline: Pipeline) -> None:
     hadoopfs.write_text(spark, record, json.dumps(pipeline.split, sort_keys=True))
 
 
-def for_backfill(pipeline: Pipeline, backfill: Backfill) -> Pipeline:
+def for_backfill(pipeline: Pipeline, backfill: BackfillPlan) -> Pipeline:
     """The same pipeline and tables, with the backfill's own checkpoint (and audit log)."""
     spec = pipeline.spec.model_copy(update={"checkpoint": pipeline.backfill_checkpoint_path(backfill.id)})
     return dataclasses.replace(pipeline, spec=spec)
@@ -270,7 +258,7 @@ def start(
     spark: SparkSession,
     pipeline: Pipeline,
     available_now: bool = False,
-    backfill: Backfill | None = None,
+    backfill: BackfillPlan | None = None,
     stop: threading.Event | None = None,
 ) -> StreamingQuery:
     """Start the pipeline's streaming query (or one backfill's) and return it."""
@@ -282,8 +270,8 @@ def start(
     else:
         backfill = clip_to_stream(spark, pipeline, backfill)
         pipeline, trigger = for_backfill(pipeline, backfill), {"availableNow": True}
-        raw = read_kafka(spark, pipeline, backfill.source_options(pipeline.spec.source.spark_options()))
-        raw = raw.filter(backfill.in_range())
+        raw = read_kafka(spark, pipeline, source_options(backfill, pipeline.spec.source.spark_options()))
+        raw = raw.filter(in_range(backfill))
     check_split(spark, pipeline)
     return (
         parse(raw, pipeline)
@@ -329,7 +317,7 @@ def run(
     pipeline: Pipeline,
     available_now: bool = False,
     stop: threading.Event | None = None,
-    backfill: Backfill | None = None,
+    backfill: BackfillPlan | None = None,
     reporter: StatusReporter | None = None,
 ) -> Exception | None:
     """Run the pipeline's query until it ends or is stopped; return its error, if any."""
@@ -365,8 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spec", required=True, help="pipeline spec file (or a pipeline name)")
     parser.add_argument("--available-now", action="store_true", help="process what is in Kafka now, then stop")
     parser.add_argument("--processing-time", help="micro-batch interval instead of the spec's, e.g. '30 seconds'")
-    parser.add_argument("--backfill-id", help="name of a backfill (its checkpoint); needs --backfill-range")
-    parser.add_argument("--backfill-range", help='JSON {"topic": {"partition": [first, end)}} of offsets')
+    parser.add_argument("--backfill", help="a backfill plan as JSON (see sluice.records.backfill.BackfillPlan)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
     logging.getLogger("py4j").setLevel(logging.WARNING)
@@ -381,14 +368,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     backfill = None
-    if args.backfill_id or args.backfill_range:
+    if args.backfill:
         try:
-            backfill = Backfill.parse(args.backfill_id or "", args.backfill_range or "")
-        except (ValueError, json.JSONDecodeError, TypeError, IndexError) as exc:
+            backfill = BackfillPlan.from_json(args.backfill)
+        except ValueError as exc:
             log.error("invalid backfill: %s", exc)
-            return 2
-        if not args.backfill_id:
-            log.error("invalid backfill: --backfill-range needs --backfill-id")
             return 2
     try:
         with locks.claim(pipeline.name, locks.claims_for(pipeline, backfill.id if backfill else None)):
@@ -398,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         return 4
 
 
-def drive(pipeline: Pipeline, backfill: Backfill | None, available_now: bool, processing_time: str | None) -> int:
+def drive(pipeline: Pipeline, backfill: BackfillPlan | None, available_now: bool, processing_time: str | None) -> int:
     """Run the stream (or backfill) until it ends or SIGTERM/Ctrl-C stops it; the exit code."""
     spark = SparkSession.builder.appName(f"sluice-{pipeline.name}").getOrCreate()
     reporter = StatusReporter(spark, pipeline.name) if backfill is None else None

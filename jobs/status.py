@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import asdict
 from typing import Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from sluice.ops.stream import Status, run_dir, write_json
+from sluice.records.run import Status
 
 
 def _progress_summary(progress: dict[str, Any] | None) -> dict[str, Any]:
@@ -51,9 +50,8 @@ def run_summary(progress: list[Any]) -> dict[str, Any]:
 
 
 class StatusReporter:
-    def __init__(self, spark: SparkSession, name: str, status_name: str | None = None) -> None:
+    def __init__(self, spark: SparkSession, name: str) -> None:
         sc = spark.sparkContext
-        self.path = run_dir(name) / (status_name or "status.json")
         self.name, self.app_id, self.ui = name, sc.applicationId, sc.uiWebUrl
 
     def report(self, state: str, query: StreamingQuery | None = None, error: str | None = None) -> None:
@@ -61,4 +59,4 @@ class StatusReporter:
         if query is not None:
             status.query_id, status.run_id = str(query.id), str(query.runId)
             status.last_progress = _progress_summary(query.lastProgress)
-        write_json(self.path, asdict(status))
+        status.save()

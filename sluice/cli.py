@@ -6,9 +6,7 @@ only when they run, so the rest start instantly.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -17,42 +15,30 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+import sluice
 from sluice import config
 from sluice.airflow.env import airflow_binary, airflow_env
 from sluice.dev.broker import BrokerError, EmbeddedBroker
 from sluice.dev.generate import EventGenerator
 from sluice.dev.produce import ProduceError, ProduceReport, read_ndjson, send, synthetic
-from sluice.ops import stream as supervise
-from sluice.ops.backfill import BackfillError
-from sluice.ops.backfill import plan as plan_backfill
-from sluice.ops.stream import Driver
-from sluice.ops.submit import (
-    check_continuous_slots,
-    default_master,
-    ingest_submission,
-    submit_env,
-    validation_submission,
-)
-from sluice.records.locks import Claimed
-from sluice.records.validation import Report, Selection, new_report_path, read_report
-from sluice.spec import (
-    Pipeline,
-    SpecError,
-    all_pipelines,
-    compatibility,
-    duration_seconds,
-    load_pipeline,
-    valid_pipelines,
-)
-from sluice.spec.continuous import ContinuousError
+from sluice.errors import NothingToDo, SluiceError
+from sluice.ops import backfill as backfills
+from sluice.ops import stream
+from sluice.ops import validate as validation
+from sluice.ops.submit import ingest_submission
+from sluice.ops.target import LocalTarget
+from sluice.records import audit as audits
+from sluice.records.validation import Report, Selection
+from sluice.spec import Pipeline, all_pipelines, compatibility, load_pipeline, valid_pipelines
 from sluice.topics import create_topics, end_offsets
 
 console = Console(highlight=False)
+errors = Console(stderr=True, highlight=False)
 app = typer.Typer(
     no_args_is_help=True,
-    add_completion=False,
     help="Sluice: Kafka JSON events to date-partitioned Delta/Parquet tables with Spark.",
 )
 kafka_app = typer.Typer(no_args_is_help=True, help="The embedded Kafka broker (KRaft, localhost only).")
@@ -66,21 +52,52 @@ Bootstrap = Annotated[
 ]
 
 
+Master = Annotated[str | None, typer.Option(help="Spark master [default: $SLUICE_SPARK_MASTER or local[2]].")]
+
+
+def _version(value: bool) -> None:
+    if value:
+        console.print(f"sluice {sluice.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")
+    ] = False,
+) -> None:
+    """Sluice: Kafka JSON events to date-partitioned Delta/Parquet tables with Spark."""
+
+
 def warn(message: str) -> None:
-    console.print(f"[yellow]warning:[/] {message}", soft_wrap=True)
+    errors.print(f"[yellow]warning:[/] {escape(message)}", soft_wrap=True)
 
 
 def fail(message: str, code: int = 2) -> None:
-    console.print(f"[bold red]error:[/] {message}")
+    errors.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
     raise typer.Exit(code)
 
 
+def say(message: str) -> None:
+    """Print text that is not markup (paths, spec values, Spark's messages) as it is."""
+    console.print(escape(message), soft_wrap=True)
+
+
 def _pipeline(spec: str) -> Pipeline:
+    return load_pipeline(spec)  # a SpecError reaches main(), which reports it
+
+
+def main() -> None:
+    """The console script: Sluice's errors become one message on stderr and an exit code."""
     try:
-        return load_pipeline(spec)
-    except SpecError as exc:
-        fail(str(exc))
-        raise  # unreachable; fail() exits
+        app()
+    except NothingToDo as exc:
+        say(str(exc))
+        sys.exit(0)
+    except SluiceError as exc:
+        errors.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
+        sys.exit(exc.exit_code)
 
 
 # --- kafka -------------------------------------------------------------------------------
@@ -213,71 +230,40 @@ def replay(
 # --- running -----------------------------------------------------------------------------
 
 
-def submit_and_wait(
-    p: Pipeline, available_now: bool, master: str | None = None, conf: dict[str, str] | None = None
-) -> int:
-    sub = ingest_submission(p.spec_path, pipeline_name=p.name, available_now=available_now, master=master, conf=conf)
-    return subprocess.call(sub.command(), env=os.environ | submit_env(sub.master))
-
-
 @app.command()
 def run(
     spec: SpecArg,
     available_now: Annotated[
         bool, typer.Option("--available-now", help="Process what is in Kafka now, then stop.")
     ] = False,
-    master: Annotated[
-        str | None, typer.Option(help="Spark master [default: $SLUICE_SPARK_MASTER or local[2]].")
-    ] = None,
+    master: Master = None,
     conf: Annotated[list[str] | None, typer.Option(help="Extra Spark setting KEY=VALUE (repeatable).")] = None,
 ) -> None:
-    """Submit the ingest job for a spec with spark-submit (as Airflow does) and wait for it."""
+    """Run the ingest job in the foreground with spark-submit, as Airflow submits it, and wait."""
     p = _pipeline(spec)
-    try:
-        check_continuous_slots(p, master or default_master())
-    except ContinuousError as exc:
-        fail(str(exc))
-    extra = dict(c.split("=", 1) for c in conf or [])
-    code = submit_and_wait(p, available_now, master, extra)
-    if code:
-        fail(f"the {p.name} job exited with {code}", code)
-
-
-def _launch(p: Pipeline, available_now: bool = False, master: str | None = None) -> Driver:
-    sub = ingest_submission(p.spec_path, pipeline_name=p.name, available_now=available_now, master=master)
-    return supervise.launch(
-        p,
-        sub.command(),
-        submit_env(sub.master),
-        launched_by="sluice start",
-        desired="once" if available_now else "running",
-    )
+    target = LocalTarget(master, dict(c.split("=", 1) for c in conf or []))
+    stream.check_continuous_slots(p, target.master)
+    target.run(ingest_submission(p.spec_path, pipeline_name=p.name, available_now=available_now))
 
 
 @app.command()
 def start(
     spec: SpecArg,
     available_now: Annotated[bool, typer.Option("--available-now", help="Process what is there, then end.")] = False,
-    master: Annotated[
-        str | None, typer.Option(help="Spark master [default: $SLUICE_SPARK_MASTER or local[2]].")
+    processing_time: Annotated[
+        str | None, typer.Option(help="Micro-batch interval instead of the spec's, e.g. '30 seconds'.")
     ] = None,
+    master: Master = None,
 ) -> None:
     """Start the stream detached (as Airflow does) and wait until its query runs."""
-    p = _pipeline(spec)
-    if supervise.driver_process(p) is not None:
-        fail(f"{p.name} is already running; `sluice status {p.name}`", 1)
-    try:
-        check_continuous_slots(p, master or default_master())
-        driver = _launch(p, available_now, master)
-    except ContinuousError as exc:
-        fail(str(exc))
-    except Claimed as exc:
-        fail(str(exc), 1)
-    try:
-        status = supervise.wait_running(p, driver)
-    except supervise.StartFailed as exc:
-        fail(str(exc), 1)
-    console.print(f"started {p.name}: pid {driver.pid}, Spark app {status.app_id}, log {driver.log}")
+    started = stream.start(
+        _pipeline(spec),
+        LocalTarget(master),
+        by="sluice start",
+        available_now=available_now,
+        processing_time=processing_time,
+    )
+    say(started.summary())
 
 
 @app.command()
@@ -285,28 +271,52 @@ def stop(
     spec: SpecArg, timeout: Annotated[float, typer.Option(help="Seconds to wait for the batch in progress.")] = 120
 ) -> None:
     """Stop the stream after the batch in progress commits; supervision will not restart it."""
-    console.print(supervise.stop(_pipeline(spec), stopped_by="sluice stop", timeout=timeout))
+    say(stream.stop(_pipeline(spec), by="sluice stop", timeout=timeout))
+
+
+@app.command()
+def restart(
+    spec: SpecArg,
+    processing_time: Annotated[
+        str | None, typer.Option(help="Micro-batch interval instead of the spec's, e.g. '30 seconds'.")
+    ] = None,
+    master: Master = None,
+) -> None:
+    """Stop the stream after its batch commits, then start it again from its checkpoint."""
+    done = stream.restart(_pipeline(spec), LocalTarget(master), by="sluice restart", processing_time=processing_time)
+    if done.stopped:
+        say(done.stopped)
+    say(done.started.summary())
+
+
+@app.command()
+def supervise(spec: SpecArg, master: Master = None) -> None:
+    """One supervision pass, as the scheduled DAG run does: start or restart if needed, fail if unhealthy."""
+    done = stream.supervise(_pipeline(spec), LocalTarget(master), by="sluice supervise")
+    say(done.status.verdict.reason)
+    if done.started:
+        say(done.started.summary())
 
 
 @app.command()
 def status(spec: SpecArg) -> None:
     """Is the stream running, how far behind Kafka is it, and what would supervision do?"""
     p = _pipeline(spec)
-    obs, committed = supervise.observe(p)
-    s = p.spec.supervision
-    verdict = supervise.assess(obs, max_stall=duration_seconds(s.max_stall), max_lag=s.max_lag)
-    st = supervise.Status.read(p.name)
-    table = Table("", "", show_header=False, title=p.name)
+    st = stream.status(p)
+    obs = st.observation
+    table = Table("", "", show_header=False, title=escape(p.name))
     table.add_row("running", "yes" if obs.alive else "no")
     table.add_row("wanted", obs.desired or "never started here")
-    table.add_row("job state", f"{obs.state or '-'}" + (f" ({obs.error})" if obs.error else ""))
-    if st:
-        table.add_row("Spark app", f"{st.app_id}  {st.ui or ''}")
-    table.add_row("last committed batch", "none" if committed.batch_id is None else str(committed.batch_id))
-    table.add_row("lag (records)", str(obs.lag))
-    table.add_row("supervision says", f"{verdict.action}: {verdict.reason}")
+    table.add_row("job state", escape(f"{obs.state or '-'}" + (f" ({obs.error})" if obs.error else "")))
+    if st.status:
+        table.add_row("Spark app", escape(f"{st.status.app_id}  {st.status.ui or ''}"))
+    table.add_row("last committed batch", "none" if st.committed.batch_id is None else str(st.committed.batch_id))
+    table.add_row("lag (records)", "unknown" if obs.lag is None else str(obs.lag))
+    table.add_row("supervision says", escape(f"{st.verdict.action}: {st.verdict.reason}"))
     console.print(table)
-    if verdict.action == "unhealthy":
+    if st.broker_error:
+        warn(f"{st.broker_error}; start the embedded one with `sluice kafka up`")
+    if not st.healthy:
         raise typer.Exit(1)
 
 
@@ -317,21 +327,15 @@ def backfill(
     to_offset: Annotated[int | None, typer.Option(min=0, help="End offset, excluded [default: the end].")] = None,
     from_time: Annotated[str | None, typer.Option(help="First record time, ISO 8601.")] = None,
     to_time: Annotated[str | None, typer.Option(help="End time, excluded, ISO 8601.")] = None,
-    master: Annotated[str | None, typer.Option(help="Spark master.")] = None,
+    master: Master = None,
 ) -> None:
     """Re-read a range of Kafka into the pipeline's tables (available-now, no duplicates)."""
     p = _pipeline(spec)
-    try:
-        bf = plan_backfill(p, from_offset=from_offset, to_offset=to_offset, from_time=from_time, to_time=to_time)
-    except BackfillError as exc:
-        fail(str(exc))
-    console.print(f"backfill {bf.id}: {bf.description}, {bf.size} records: {bf.range_json()}")
-    if bf.refusal():
-        warn(f"{p.name}: {bf.refusal()}")
-    sub = ingest_submission(p.spec_path, pipeline_name=p.name, backfill=(bf.id, bf.range_json()), master=master)
-    code = subprocess.call(sub.command(), env=os.environ | submit_env(sub.master))
-    if code:
-        fail(f"the {p.name} backfill exited with {code}", code)
+    plan = backfills.plan(p, from_offset=from_offset, to_offset=to_offset, from_time=from_time, to_time=to_time)
+    say(f"backfill {plan.id}: {plan.description}, {plan.records} records")
+    if plan.refusal():
+        warn(f"{p.name}: {plan.refusal()}")
+    backfills.run(p, LocalTarget(master), plan)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True}, add_help_option=False)
@@ -355,15 +359,12 @@ def check(
     Exits 2 when a spec is invalid, 1 when a valid spec no longer matches a table it
     already wrote (a column's type, the partitioning, a column added or removed).
     """
-    try:
-        pipelines = [load_pipeline(s) for s in specs] if specs else all_pipelines()
-    except SpecError as exc:
-        fail(str(exc))
+    pipelines = [load_pipeline(s) for s in specs] if specs else all_pipelines()
     mismatched = 0
     for p in pipelines:
-        table = Table("column", "from", "type", title=f"{p.name}  ({p.spec.sink.format} -> {p.sink_path})")
+        table = Table("column", "from", "type", title=escape(f"{p.name}  ({p.spec.sink.format} -> {p.sink_path})"))
         for c in p.plan.columns:
-            table.add_row(c.name, c.source, c.type.sql())
+            table.add_row(escape(c.name), escape(c.source), escape(c.type.sql()))
         console.print(table)
         if p.spec.sink.format == "kafka":
             continue
@@ -373,7 +374,7 @@ def check(
         try:
             compatibility.check(p, compatibility.read_local)
         except compatibility.IncompatibleTable as exc:
-            console.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
+            errors.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
             mismatched += 1
         except Exception as exc:  # a reader's own errors (delta-rs, a damaged log): report and go on
             warn(f"{p.name}: could not read its tables to compare them: {exc}")
@@ -386,10 +387,9 @@ def check(
 def audit(spec: SpecArg, last: Annotated[int, typer.Option(help="How many batches.")] = 20) -> None:
     """Per-batch counts: records in = records out + records quarantined."""
     p = _pipeline(spec)
-    folder = Path(p.audit_path)
-    files = sorted(folder.glob("*.json"))[-last:] if folder.is_dir() else []
+    files = list(audits.audit_files([Path(p.audit_path)]))[-last:]
     if not files:
-        fail(f"no batches recorded yet in {folder}", 1)
+        fail(f"no batches recorded yet in {p.audit_path}", 1)
     table = Table(
         "batch",
         "in",
@@ -402,27 +402,25 @@ def audit(spec: SpecArg, last: Annotated[int, typer.Option(help="How many batche
         "written at",
     )
     for f in files:
-        a: dict[str, Any] = {"records_already_present": 0, "expectations": {}} | json.loads(f.read_text())
+        a = audits.read(f)
         failed = ", ".join(
-            f"{name} {c['failed']}/{c['checked']} ({c['action']})"
-            for name, c in a["expectations"].items()
-            if c["failed"]
+            f"{name} {c['failed']}/{c['checked']} ({c['action']})" for name, c in a.failed_expectations().items()
         )
         table.add_row(
             *(
-                str(a[k])
-                for k in (
-                    "batch_id",
-                    "records_in",
-                    "records_out",
-                    "rows_out",
-                    "records_quarantined",
-                    "records_already_present",
+                str(v)
+                for v in (
+                    a.batch_id,
+                    a.records_in,
+                    a.records_out,
+                    a.rows_out,
+                    a.records_quarantined,
+                    a.records_already_present,
                 )
             ),
-            failed,
-            str(a["seconds"]),
-            str(a["written_at"]),
+            escape(failed),
+            str(a.seconds),
+            a.written_at,
         )
     console.print(table)
 
@@ -438,36 +436,17 @@ def validate(
         int | None,
         typer.Option(min=1, help="The newest N date partitions [default: expectations.validation.partitions]."),
     ] = None,
-    master: Annotated[
-        str | None, typer.Option(help="Spark master [default: $SLUICE_SPARK_MASTER or local[2]].")
-    ] = None,
+    master: Master = None,
 ) -> None:
     """Validate the table with Great Expectations; exit 1 when a critical expectation fails."""
     p = _pipeline(spec)
-    if date and latest:
-        fail("give --date or --latest, not both")
-    try:
-        selection = (
-            Selection.parse(date) if date else Selection(latest=latest or p.spec.expectations.validation.partitions)
-        )
-    except ValueError as exc:
-        fail(str(exc))
-        raise
-    report = _validate(p, selection, master)
+    report = _validate(p, validation.selection(p, dates=date, latest=latest), master)
     if not report.passed:
         raise typer.Exit(1)
 
 
-def _validate(p: Pipeline, selection: Selection, master: str | None = None) -> Report:
-    """Submit the validation job, wait, and print its report."""
-    report_path = new_report_path(p.name)
-    sub = validation_submission(
-        p.spec_path, pipeline_name=p.name, dates=str(selection), report=report_path, master=master
-    )
-    code = subprocess.call(sub.command(), env=os.environ | submit_env(sub.master))
-    if code:
-        fail(f"the {p.name} validation job exited with {code}", code)
-    report = read_report(report_path)
+def _validate(p: Pipeline, chosen: Selection, master: str | None = None) -> Report:
+    report = validation.validate(p, LocalTarget(master), chosen)
     _print_validation(report)
     return report
 
@@ -561,9 +540,7 @@ def demo(
             _print_report(report)
         for p in pipelines:
             console.print(f"[bold]3.[/] running {p.name} ({p.spec.sink.format}) with spark-submit, available-now")
-            code = submit_and_wait(p, available_now=True)
-            if code:
-                fail(f"the {p.name} job exited with {code}", code)
+            LocalTarget().run(ingest_submission(p.spec_path, pipeline_name=p.name, available_now=True))
         _demo_report(pipelines)
         for p in pipelines:
             if p.spec.expectations.declared:
@@ -607,4 +584,4 @@ def _demo_report(pipelines: list[Pipeline]) -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(app())
+    main()

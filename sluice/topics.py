@@ -55,12 +55,6 @@ def list_topics(bootstrap: str, timeout: float = 10.0) -> list[str]:
     return sorted(t for t in admin.list_topics(timeout=timeout).topics if not t.startswith("__"))
 
 
-def delete_topics(bootstrap: str, names: list[str], timeout: float = 30.0) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for fut in admin.delete_topics(names, operation_timeout=timeout).values():
-        fut.result()
-
-
 def watermarks(bootstrap: str, topic: str, timeout: float = 10.0) -> dict[int, tuple[int, int]]:
     """(first offset still in the log, next offset to be written), per partition."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "sluice-offsets", "enable.auto.commit": False})

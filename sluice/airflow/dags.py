@@ -12,128 +12,34 @@ Per spec with expectations ``sluice_<name>_quality``: Great Expectations on the 
 partitions, on the table's asset (after new batches landed) or a schedule, or on a date
 range from the trigger form. A failed critical expectation fails it; warnings are logged.
 
-Bounded work (backfill, maintenance) runs through the Spark provider's
-``SparkSubmitOperator``; the long-lived stream is launched with the command the provider's
-``SparkSubmitHook`` builds from the same connection, then left running. Everything here
-only builds objects: specs are read, nothing runs at parse time, pyspark is never imported.
+This module only builds DAGs: what a task does is in :mod:`sluice.airflow.tasks`, which
+calls the same actions as the CLI. Specs are read, nothing runs at parse time, and pyspark
+is never imported.
 """
 
 from __future__ import annotations
 
-import json
-import logging
-import os
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import DAG, Asset, Param, get_current_context, task
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+from airflow.sdk import DAG, Asset, get_current_context, task
+from airflow.sdk.exceptions import AirflowFailException
 
 from sluice import config
-from sluice.airflow.env import CONN_ID
-from sluice.ops.submit import (
-    check_continuous_slots,
-    ingest_submission,
-    maintenance_submission,
-    submit_env,
-    validation_submission,
-)
-from sluice.records.locks import Claimed
-from sluice.records.validation import Selection, new_report_path, quality_home, read_report
+from sluice.airflow import tasks
+from sluice.airflow.forms import params, quality_params
+from sluice.airflow.target import submit_operator
+from sluice.ops.submit import maintenance_submission
+from sluice.records.validation import quality_home
 from sluice.spec import Pipeline, SpecError, load_pipeline
 
-if TYPE_CHECKING:
-    from sluice.ops.stream import Driver
-
-# Task code imports sluice.ops.stream (psutil, confluent-kafka) when it runs, not at parse time.
-log = logging.getLogger("sluice.dags")
-
 START_DATE = datetime(2026, 1, 1)
-ACTIONS = ["supervise", "start", "stop", "restart", "backfill"]
-DURATION_PATTERN = r"^\d+(\.\d+)?\s*(milliseconds?|ms|seconds?|s|minutes?|min|hours?|h)$"
 
 
 def table_asset(pipeline: Pipeline) -> Asset:
     path = pipeline.sink_path
     return Asset(name=f"sluice.{pipeline.name}", uri=path if "://" in path else f"file://{path}", group="sluice")
-
-
-def optional(kind: str, **schema: Any) -> Param:
-    """A field of a trigger form that may stay empty."""
-    return Param(None, type=["null", kind], **schema)
-
-
-def params(pipeline: Pipeline) -> dict[str, Param]:
-    """The trigger form. JSON Schema validates each field before a run is created."""
-    if pipeline.spec.mode == "continuous":  # no batches: nothing to backfill, no trigger to pick
-        return {
-            "action": Param(
-                "supervise",
-                enum=[a for a in ACTIONS if a != "backfill"],
-                title="Action",
-                description="supervise: start/restart if needed, fail if stalled. stop: stop the continuous query "
-                "(at least once: records since the last epoch are read again on start).",
-            )
-        }
-    default_interval = pipeline.spec.trigger.processing_time or "10 seconds"
-    return {
-        "action": Param(
-            "supervise",
-            enum=ACTIONS,
-            title="Action",
-            description="supervise: start/restart if needed, fail if stalled. stop: after the current batch commits. "
-            "backfill: re-read a range the stream has already committed into the same tables (records they "
-            "hold are skipped; later offsets are the stream's own and are refused), so no record lands twice.",
-        ),
-        "trigger": Param(
-            "spec",
-            enum=["spec", "processing_time", "available_now"],
-            values_display={
-                "spec": f"as the spec says ({'available now' if pipeline.spec.trigger.available_now else default_interval})",
-                "processing_time": "micro-batches every 'processing_time'",
-                "available_now": "process what is in Kafka now, then end",
-            },
-            title="Trigger mode",
-            description="For start and restart.",
-        ),
-        "processing_time": Param(
-            default_interval,
-            type="string",
-            pattern=DURATION_PATTERN,
-            title="Micro-batch interval",
-            description="Used with trigger mode 'processing_time', e.g. '30 seconds'.",
-        ),
-        "from_offset": optional(
-            "integer",
-            minimum=0,
-            title="Backfill from offset",
-            description="First offset, on every partition (included).",
-            section="Backfill range: offsets or times",
-        ),
-        "to_offset": optional(
-            "integer",
-            minimum=0,
-            title="Backfill to offset",
-            description="End offset (excluded); empty: up to the end of the topic.",
-            section="Backfill range: offsets or times",
-        ),
-        "from_time": optional(
-            "string",
-            format="date-time",
-            title="Backfill from time",
-            description="First record time (Kafka timestamp, included).",
-            section="Backfill range: offsets or times",
-        ),
-        "to_time": optional(
-            "string",
-            format="date-time",
-            title="Backfill to time",
-            description="End time (excluded); empty: up to now.",
-            section="Backfill range: offsets or times",
-        ),
-    }
 
 
 def _doc(pipeline: Pipeline) -> str:
@@ -156,129 +62,10 @@ def _doc(pipeline: Pipeline) -> str:
     )
 
 
-def _check_spark_runtime() -> None:
-    """spark-submit must come from the Spark runtime; `sluice airflow` points Airflow at it."""
-    missing = [k for k in ("SPARK_HOME", "SLUICE_SPARK_PYTHON") if not os.environ.get(k)]
-    if missing:
-        raise AirflowFailException(
-            f"{', '.join(missing)} not set: start Airflow with `sluice airflow ...` (make airflow), which points it at "
-            "the Spark runtime; Airflow's own environment only has pyspark-client"
-        )
-
-
-def _launch(pipeline: Pipeline, trigger: str, processing_time: str | None, launched_by: str) -> Driver:
-    """Launch the stream with the command the Spark provider's hook builds from the connection."""
-    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-
-    from sluice.ops import stream as supervise
-
-    continuous = pipeline.spec.mode == "continuous"
-    available_now = not continuous and (
-        trigger == "available_now" or (trigger == "spec" and pipeline.spec.trigger.available_now)
-    )
-    sub = ingest_submission(
-        pipeline.spec_path,
-        pipeline_name=pipeline.name,
-        available_now=available_now,
-        processing_time=processing_time if trigger == "processing_time" else None,
-    )
-    kwargs = sub.operator_kwargs()
-    application = kwargs.pop("application")
-    hook = SparkSubmitHook(conn_id=CONN_ID, **kwargs)
-    command = hook._build_spark_submit_command(application)  # the provider's own command line
-    _check_spark_runtime()
-    try:
-        check_continuous_slots(pipeline, hook._connection["master"])
-    except ValueError as exc:
-        raise AirflowFailException(str(exc)) from None
-    env = submit_env(hook._connection["master"])
-    try:
-        driver = supervise.launch(
-            pipeline, command, env, launched_by=launched_by, desired="once" if available_now else "running"
-        )
-    except Claimed as exc:  # another driver holds the checkpoint or a table: a retry cannot help
-        raise AirflowFailException(str(exc)) from None
-    log.info("launched %s on %s: pid %d, log %s", pipeline.name, hook._connection["master"], driver.pid, driver.log)
-    return driver
-
-
-def control(spec_path: str) -> dict[str, Any] | None:
-    """The task behind every action but backfill; for backfill it plans the offset ranges."""
-    from sluice.ops import stream as supervise
-    from sluice.ops.backfill import BackfillError
-    from sluice.ops.backfill import plan as plan_backfill
-
-    ctx = get_current_context()
-    p: dict[str, Any] = ctx["params"]
-    action = p["action"]
-    pipeline = load_pipeline(spec_path)
-    who = f"airflow {ctx['dag'].dag_id} {ctx['run_id']}"
-
-    def start() -> Driver:
-        return _launch(pipeline, p.get("trigger", "spec"), p.get("processing_time"), who)
-
-    if action == "backfill":
-        try:
-            bf = plan_backfill(
-                pipeline,
-                from_offset=p.get("from_offset"),
-                to_offset=p.get("to_offset"),
-                from_time=p.get("from_time"),
-                to_time=p.get("to_time"),
-            )
-        except BackfillError as exc:
-            raise AirflowFailException(f"invalid backfill range: {exc}") from None
-        log.info("backfill %s: %s, %d records: %s", bf.id, bf.description, bf.size, bf.range_json())
-        if bf.refusal():
-            log.warning("%s: %s", pipeline.name, bf.refusal())
-        return {"id": bf.id, "range": bf.range_json(), "records": bf.size}
-    if action == "stop":
-        log.info("%s", supervise.stop(pipeline, stopped_by=who))
-        return None
-    if action in ("start", "restart"):
-        if supervise.driver_process(pipeline) is not None:
-            if action == "start":
-                log.info("%s is already running; nothing to do (use restart to apply new settings)", pipeline.name)
-                return None
-            log.info("%s", supervise.stop(pipeline, stopped_by=who))
-        status = supervise.wait_running(pipeline, start())
-        log.info("%s is %s: Spark app %s, query %s", pipeline.name, status.state, status.app_id, status.query_id)
-        return None
-    try:
-        verdict, obs = supervise.supervise(pipeline, start)
-    except supervise.StreamUnhealthy as exc:
-        raise AirflowFailException(str(exc)) from None
-    except supervise.StartFailed as exc:
-        raise RuntimeError(str(exc)) from None
-    log.info("%s: %s (observed: %s)", pipeline.name, verdict.reason, obs)
-    return None
-
-
-def publish(pipeline: Pipeline) -> dict[str, int]:
-    """Emit the table's asset event when batches committed since the last one (else skip)."""
-    from sluice.ops import stream as supervise
-
-    marker = supervise.run_dir(pipeline.name) / "published.json"
-    since = (supervise.read_json(marker) or {}).get("mtime", 0.0)
-    folders = [Path(pipeline.audit_path), *Path(pipeline.checkpoint_path + "_backfills").glob("*/sluice_audit")]
-    new = [f for folder in folders if folder.is_dir() for f in folder.glob("*.json") if f.stat().st_mtime > since]
-    if not new:
-        raise AirflowSkipException(f"no batch of {pipeline.name} committed since the last asset event")
-    totals = {"batches": len(new), "records_in": 0, "records_out": 0, "rows_out": 0, "records_quarantined": 0}
-    for f in new:
-        audit = json.loads(f.read_text(encoding="utf-8"))
-        for key in ("records_in", "records_out", "rows_out", "records_quarantined"):
-            totals[key] += int(audit.get(key, 0))
-    ctx = get_current_context()
-    ctx["outlet_events"][table_asset(pipeline)].extra = totals
-    supervise.write_json(marker, {"mtime": max(f.stat().st_mtime for f in new)})
-    log.info("%s: %s", pipeline.name, totals)
-    return totals
-
-
 def pipeline_dag(pipeline: Pipeline) -> DAG:
     s = pipeline.spec
     spec_path = str(pipeline.spec_path)
+    asset = table_asset(pipeline)
     default_args = {"owner": s.owner, "retries": 1, "retry_delay": timedelta(seconds=30)}
     with DAG(
         dag_id=f"sluice_{pipeline.name}",
@@ -301,36 +88,24 @@ def pipeline_dag(pipeline: Pipeline) -> DAG:
             return "plan_backfill" if get_current_context()["params"]["action"] == "backfill" else "control"
 
         @task(task_id="control")
-        def control_task() -> dict[str, Any] | None:
-            return control(spec_path)
+        def control() -> None:
+            tasks.control(spec_path)
 
         @task(task_id="plan_backfill")
-        def plan_task() -> dict[str, Any] | None:
-            return control(spec_path)
+        def plan_backfill() -> str:
+            return tasks.plan_backfill(spec_path)
 
-        backfill_args = [
-            "--spec",
-            spec_path,
-            "--backfill-id",
-            "{{ ti.xcom_pull(task_ids='plan_backfill')['id'] }}",
-            "--backfill-range",
-            "{{ ti.xcom_pull(task_ids='plan_backfill')['range'] }}",
-        ]
-        sub = ingest_submission(spec_path, pipeline_name=pipeline.name)
-        run_backfill = SparkSubmitOperator(
-            task_id="backfill",
-            conn_id=CONN_ID,
-            **(sub.operator_kwargs() | {"application_args": backfill_args, "name": f"sluice-{pipeline.name}-backfill"}),
-        )
+        @task(task_id="backfill")
+        def backfill(plan: str) -> None:
+            tasks.run_backfill(spec_path, plan)
 
-        @task(task_id="publish", outlets=[table_asset(pipeline)], trigger_rule="none_failed_min_one_success")
-        def publish_task() -> dict[str, int]:
-            return publish(load_pipeline(spec_path))
+        @task(task_id="publish", outlets=[asset], trigger_rule="none_failed_min_one_success")
+        def publish() -> dict[str, int]:
+            return tasks.publish(spec_path, asset)
 
-        controlled, planned, published = control_task(), plan_task(), publish_task()
+        controlled, planned = control(), plan_backfill()
         route() >> [controlled, planned]
-        planned >> run_backfill
-        [controlled, run_backfill] >> published
+        [controlled, backfill(planned)] >> publish()
     return dag
 
 
@@ -353,65 +128,8 @@ def maintenance_dag(pipeline: Pipeline) -> DAG:
         default_args={"owner": s.owner, "retries": 1, "retry_delay": timedelta(minutes=5)},
         tags=sorted({"sluice", "maintenance", "delta", *s.tags}),
     ) as dag:
-        SparkSubmitOperator(task_id="optimize_and_vacuum", conn_id=CONN_ID, **sub.operator_kwargs())
+        submit_operator("optimize_and_vacuum", sub)
     return dag
-
-
-def quality_params(pipeline: Pipeline) -> dict[str, Param]:
-    return {
-        "from_date": optional(
-            "string",
-            format="date",
-            title="From date",
-            description="First date partition to validate (included). Empty: the newest partitions.",
-        ),
-        "to_date": optional(
-            "string",
-            format="date",
-            title="To date",
-            description="Last date partition (included); every day between is validated, empty ones too. "
-            "Empty: the from date only.",
-        ),
-        "latest": Param(
-            pipeline.spec.expectations.validation.partitions,
-            type="integer",
-            minimum=1,
-            title="Newest partitions",
-            description="Without dates: how many of the newest date partitions to validate.",
-        ),
-    }
-
-
-def validate_table(spec_path: str) -> dict[str, Any]:
-    """Run the validation job through the Spark provider's hook, then judge its report here,
-    on the machine that ran the driver and wrote it."""
-    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-
-    p: dict[str, Any] = get_current_context()["params"]
-    pipeline = load_pipeline(spec_path)
-    first, last = p.get("from_date") or p.get("to_date"), p.get("to_date") or p.get("from_date")
-    try:
-        selection = Selection.parse(f"{first}..{last}") if first else Selection(latest=int(p["latest"]))
-    except ValueError as exc:
-        raise AirflowFailException(f"invalid dates: {exc}") from None
-    report_path = new_report_path(pipeline.name)
-    sub = validation_submission(spec_path, pipeline_name=pipeline.name, dates=str(selection), report=report_path)
-    kwargs = sub.operator_kwargs()
-    application = kwargs.pop("application")
-    _check_spark_runtime()
-    SparkSubmitHook(conn_id=CONN_ID, **kwargs).submit(application)  # a crash raises, and is retried
-    report = read_report(report_path)
-    for line in report.summary():
-        log.info("%s", line)
-    if not report.passed:
-        raise AirflowFailException("\n".join(report.summary()))
-    return {
-        "passed": report.passed,
-        "partitions": [part.date for part in report.partitions],
-        "warnings": [f"{o.rule} on {o.partition}" for o in report.warnings],
-        "data_docs": report.docs,
-        "report": str(report_path),
-    }
 
 
 def quality_dag(pipeline: Pipeline) -> DAG:
@@ -441,7 +159,7 @@ def quality_dag(pipeline: Pipeline) -> DAG:
 
         @task(task_id="validate")
         def validate() -> dict[str, Any]:
-            return validate_table(spec_path)
+            return tasks.validate(spec_path)
 
         validate()
     return dag

@@ -1,4 +1,4 @@
-"""Plan a backfill: turn a user's range (offsets or times) into exact offset ranges.
+"""Backfill: turn a user's range (offsets or times) into an exact plan, and run it.
 
 The range is resolved against the broker before the job starts, so the job reads a
 fixed set of offsets: ``[from, to)`` on every partition of the pipeline's topics, clipped
@@ -19,76 +19,22 @@ before a stream that started at ``latest``, or records removed from a table.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-import json
-from dataclasses import dataclass, field
 
+from sluice.errors import InvalidInput, NothingToDo
+from sluice.ops.submit import ingest_submission
+from sluice.ops.target import SparkTarget
+from sluice.records.backfill import BackfillPlan, Ranges, clip, plan_id, size
 from sluice.records.checkpoint import local_dir, read_committed
 from sluice.spec import Pipeline
 from sluice.topics import offsets_for_time, watermarks
 
-#: topic -> partition -> [first offset, end offset)
-Ranges = dict[str, dict[int, tuple[int, int]]]
+
+class BackfillError(InvalidInput):
+    """The range asked for is not a range."""
 
 
-class BackfillError(ValueError):
-    pass
-
-
-def size(ranges: Ranges) -> int:
-    return sum(end - first for parts in ranges.values() for first, end in parts.values())
-
-
-def describe(ranges: Ranges) -> str:
-    """``payments[0] 120..500, payments[1] 80..510`` (non-empty ranges only)."""
-    return ", ".join(
-        f"{t}[{p}] {first}..{end}"
-        for t, parts in ranges.items()
-        for p, (first, end) in sorted(parts.items())
-        if end > first
-    )
-
-
-def clip(ranges: Ranges, committed: dict[str, dict[int, int]]) -> tuple[Ranges, Ranges]:
-    """Split ``ranges`` into what the stream has committed (a backfill may re-read it) and
-    what it has not (refused: the stream reads it). A partition the stream has not read at
-    all is wholly refused; partitions with nothing left are left out."""
-    kept: Ranges = {}
-    refused: Ranges = {}
-    for topic, parts in ranges.items():
-        for p, (first, end) in parts.items():
-            done = committed.get(topic, {}).get(p, 0)
-            stop = max(first, min(end, done))
-            if stop > first:  # a partition with nothing left is not read at all
-                kept.setdefault(topic, {})[p] = (first, stop)
-            if end > stop:
-                refused.setdefault(topic, {})[p] = (stop, end)
-    return kept, refused
-
-
-@dataclass(frozen=True)
-class BackfillPlan:
-    id: str
-    ranges: Ranges
-    description: str
-    #: What was asked for but refused: offsets the stream has not committed yet.
-    refused: Ranges = field(default_factory=dict)
-
-    @property
-    def size(self) -> int:
-        return size(self.ranges)
-
-    def range_json(self) -> str:
-        return json.dumps({t: {str(p): list(r) for p, r in parts.items()} for t, parts in self.ranges.items()})
-
-    def refusal(self) -> str | None:
-        """What was refused and why, or None."""
-        if not size(self.refused):
-            return None
-        return (
-            f"refused {size(self.refused)} records the stream has not committed yet ({describe(self.refused)}): "
-            "the stream reads them itself, and a backfill of them would write them twice"
-        )
+class NothingToBackfill(NothingToDo):
+    """The range is valid but covers no record a backfill may write."""
 
 
 def _epoch_ms(value: str | dt.datetime) -> int:
@@ -119,11 +65,17 @@ def plan(
     to_time: str | None = None,
 ) -> BackfillPlan:
     """Resolve ``[from, to)`` (offsets on every partition, or ISO-8601 times) to offset ranges
-    the live stream has committed; raise :class:`BackfillError` if nothing is left."""
+    the live stream has committed. Raises :class:`BackfillError` for a range that is not one,
+    :class:`NothingToBackfill` for one that holds nothing a backfill may write."""
     by_offsets = from_offset is not None or to_offset is not None
     by_time = bool(from_time or to_time)
     if by_offsets == by_time:
-        raise BackfillError("give a range of offsets (from_offset/to_offset) or of times (from_time/to_time), not both")
+        raise BackfillError(
+            "give one range: offsets (from_offset/to_offset) or times (from_time/to_time), "
+            + ("not both" if by_offsets else "none was given")
+        )
+    if any(o is not None and o < 0 for o in (from_offset, to_offset)):
+        raise BackfillError("offsets are 0 or more")
     topics = list(pipeline.spec.source.topics or [])
     if not topics:
         raise BackfillError("backfill needs the spec to list its topics (source.topics), not a topic_pattern")
@@ -159,16 +111,20 @@ def plan(
     else:
         desc = f"times [{from_time or 'start'}, {to_time or 'now'})"
     if not size(ranges):
-        raise BackfillError(f"nothing to backfill: Kafka holds no records in {desc}")
+        raise NothingToBackfill(f"nothing to backfill: Kafka holds no records in {desc}")
 
     refused: Ranges = {}
     committed = committed_offsets(pipeline)
     if committed is not None:
         ranges, refused = clip(ranges, committed)
         if not size(ranges):
-            raise BackfillError(refused_all(pipeline, desc, committed))
-    digest = hashlib.sha256(json.dumps(sorted((t, sorted(r.items())) for t, r in ranges.items())).encode()).hexdigest()
-    return BackfillPlan(f"{'offsets' if by_offsets else 'times'}-{digest[:10]}", ranges, desc, refused)
+            raise NothingToBackfill(refused_all(pipeline, desc, committed))
+    return BackfillPlan(plan_id("offsets" if by_offsets else "times", ranges), ranges, desc, refused)
+
+
+def run(pipeline: Pipeline, target: SparkTarget, backfill: BackfillPlan) -> None:
+    """Run the plan's available-now job on the target and wait; raises JobFailed."""
+    target.run(ingest_submission(pipeline.spec_path, pipeline_name=pipeline.name, backfill=backfill))
 
 
 def refused_all(pipeline: Pipeline, desc: str, committed: dict[str, dict[int, int]]) -> str:

@@ -1,111 +1,47 @@
-"""Run a pipeline's stream detached, find it again, judge its health, stop it gracefully.
+"""The stream's actions: start, stop, restart, supervise and status.
 
 A streaming job runs for weeks, so neither ``sluice`` nor an Airflow task may wait on it.
 :func:`launch` starts spark-submit in its own session and records how to find it
-(``driver.json``); the job itself reports its state, Spark application id and last
-progress (``status.json``, written by ``jobs/ingest.py`` every second). Both files live in
-``$SLUICE_HOME/run/<pipeline>/`` on the machine that runs the driver (Python drivers always
-run in client mode, even on a cluster).
+(``driver.json``); the job reports its state, Spark application id and last progress
+(``status.json``). Both live in ``$SLUICE_HOME/run/<pipeline>/`` on the machine that runs
+the driver (Python drivers always run in client mode, even on a cluster); see
+:mod:`sluice.records.run`.
 
 Supervision reads those two files, the checkpoint's commit log and the broker's end
-offsets (Spark never commits offsets to Kafka), and :func:`assess` decides: start, restart
-from the checkpoint, nothing, or fail loudly because the stream is stalled or lagging.
-This module is pure Python: the Airflow tasks and the CLI both call it.
+offsets (Spark never commits offsets to Kafka), and :func:`sluice.ops.health.assess`
+decides. Every action here is called as it is by the CLI and by the Airflow tasks.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
 
 import psutil
+from confluent_kafka import KafkaException
 
 from sluice import config
+from sluice.errors import AlreadyRunning, StartFailed, StreamUnhealthy
+from sluice.ops.health import Observation, Verdict, assess
+from sluice.ops.submit import ingest_submission
+from sluice.ops.target import SparkTarget
 from sluice.records import locks
 from sluice.records.checkpoint import Committed, read_committed
+from sluice.records.run import Desired, Driver, Status
 from sluice.spec import Pipeline, duration_seconds
-from sluice.topics import end_offsets, list_topics
+from sluice.topics import end_offsets, list_topics, total_partitions
 
-#: What the user asked for last: keep it running, it was stopped on purpose, or run it once (available-now).
-Desired = Literal["running", "stopped", "once"]
-
-
-def run_dir(pipeline: str) -> Path:
-    return config.sluice_home() / "run" / pipeline
+#: The job's file name: a process whose command line names it is a Sluice driver.
+DRIVER_SCRIPT = "ingest.py"
 
 
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Replace a small JSON file atomically, so a reader never sees half of it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
-    tmp.replace(path)
-
-
-def read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-@dataclass
-class Driver:
-    """How a detached run was started (``driver.json``)."""
-
-    pipeline: str
-    pid: int  # the spark-submit process, leader of its own process group
-    command: list[str]
-    log: str
-    launched_at: float
-    launched_by: str
-    desired: Desired = "running"
-    stopped_at: float | None = None
-    stopped_by: str | None = None
-
-    @classmethod
-    def read(cls, pipeline: str) -> Driver | None:
-        data = read_json(run_dir(pipeline) / "driver.json")
-        return cls(**data) if data else None
-
-    def save(self) -> None:
-        write_json(run_dir(self.pipeline) / "driver.json", asdict(self))
-
-
-@dataclass
-class Status:
-    """What the job reports about itself (``status.json``)."""
-
-    pipeline: str
-    state: str  # starting | running | stopped | finished | failed
-    pid: int  # the Python driver process
-    updated_at: float
-    app_id: str | None = None
-    query_id: str | None = None
-    run_id: str | None = None
-    ui: str | None = None
-    error: str | None = None
-    last_progress: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def read(cls, pipeline: str) -> Status | None:
-        data = read_json(run_dir(pipeline) / "status.json")
-        if not data:
-            return None
-        known = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: v for k, v in data.items() if k in known})
-
-
-def _process(pid: int | None, marker: str) -> psutil.Process | None:
+def _process(pid: int | None, marker: str = DRIVER_SCRIPT) -> psutil.Process | None:
     """The live process with this pid, if its command line still names ``marker`` (pids get reused)."""
     if not pid:
         return None
@@ -133,11 +69,11 @@ def driver_process(pipeline: Pipeline) -> psutil.Process | None:
     """The running Python driver of this pipeline's stream, whoever started it."""
     status = Status.read(pipeline.name)
     if status and status.state in ("starting", "running"):
-        proc = _process(status.pid, "ingest.py")
+        proc = _process(status.pid)
         if proc is not None:
             return proc
     driver = Driver.read(pipeline.name)
-    return _process(driver.pid, "ingest.py") if driver else None
+    return _process(driver.pid) if driver else None
 
 
 def launch(
@@ -171,10 +107,6 @@ def launch(
     return driver
 
 
-class StartFailed(RuntimeError):
-    pass
-
-
 def log_tail(path: str, lines: int = 30) -> str:
     try:
         return "\n".join(Path(path).read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
@@ -193,95 +125,122 @@ def wait_running(pipeline: Pipeline, driver: Driver, timeout: float = 180.0) -> 
             return status
         if not _alive(driver.pid):
             raise StartFailed(f"{pipeline.name}: spark-submit (pid {driver.pid}) exited\n{log_tail(driver.log)}")
-        time.sleep(1)
+        time.sleep(0.2)
     raise StartFailed(f"{pipeline.name} did not report a running query within {timeout:.0f}s\n{log_tail(driver.log)}")
 
 
-def stop(pipeline: Pipeline, *, stopped_by: str, timeout: float = 120.0) -> str:
+def check_continuous_slots(pipeline: Pipeline, master: str) -> None:
+    """A continuous branch on a local master needs a core per partition (raises ContinuousError)."""
+    if pipeline.spec.mode != "continuous":
+        return
+    from sluice.spec.continuous import precheck
+
+    src = pipeline.spec.source
+    precheck(pipeline.name, total_partitions(src.bootstrap_servers, src.topics or []), master)
+
+
+# --- actions ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Started:
+    driver: Driver
+    status: Status
+
+    def summary(self) -> str:
+        return (
+            f"started {self.driver.pipeline}: pid {self.driver.pid}, Spark app {self.status.app_id}, "
+            f"{self.status.state}, log {self.driver.log}"
+        )
+
+    def log_tail(self, lines: int = 20) -> str:
+        return log_tail(self.driver.log, lines)
+
+
+def start(
+    pipeline: Pipeline,
+    target: SparkTarget,
+    *,
+    by: str,
+    available_now: bool = False,
+    processing_time: str | None = None,
+    timeout: float = 180.0,
+) -> Started:
+    """Launch the stream detached and wait until its query runs (or, run-once, has finished)."""
+    if driver_process(pipeline) is not None:
+        raise AlreadyRunning(
+            f"{pipeline.name} is already running; restart it to apply new settings (`sluice status {pipeline.name}`)"
+        )
+    continuous = pipeline.spec.mode == "continuous"
+    # Run-once when asked, or when the spec says so and no interval overrides it.
+    once = not continuous and (available_now or (processing_time is None and pipeline.spec.trigger.available_now))
+    check_continuous_slots(pipeline, target.master)
+    sub = ingest_submission(
+        pipeline.spec_path,
+        pipeline_name=pipeline.name,
+        available_now=once,
+        processing_time=None if continuous else processing_time,
+    )
+    command, env = target.launch_command(sub)
+    driver = launch(pipeline, command, env, launched_by=by, desired="once" if once else "running")
+    return Started(driver, wait_running(pipeline, driver, timeout))
+
+
+def stop(pipeline: Pipeline, *, by: str, timeout: float = 120.0, grace: float = 30.0) -> str:
     """Stop the stream after the batch in progress commits; say what was done.
 
     SIGTERM goes to the Python driver, whose handler lets the running batch commit and then
     stops the query; spark-submit's JVM exits with it. Only if that takes longer than
-    ``timeout`` is the whole process group terminated (the checkpoint makes that safe too).
+    ``timeout`` is the whole process group terminated, and killed after ``grace`` more
+    seconds (the checkpoint makes that safe too).
+    Supervision does not restart a stream stopped here.
     """
     driver = Driver.read(pipeline.name)
     if driver is not None:
-        driver.desired, driver.stopped_at, driver.stopped_by = "stopped", time.time(), stopped_by
+        driver.desired, driver.stopped_at, driver.stopped_by = "stopped", time.time(), by
         driver.save()
     proc = driver_process(pipeline)
     if proc is None:
         return f"{pipeline.name} is not running; it stays stopped"
     started = time.monotonic()
     proc.send_signal(signal.SIGTERM)
-    group = _process(driver.pid, "ingest.py") if driver else None
+    group = _process(driver.pid) if driver else None
     waiting = [p for p in (proc, group) if p is not None]
     _, alive = psutil.wait_procs(waiting, timeout=timeout)
     if not alive:
         return f"stopped {pipeline.name} gracefully in {time.monotonic() - started:.1f}s (driver pid {proc.pid})"
     for p in alive:
         os.killpg(os.getpgid(p.pid), signal.SIGTERM)
-    _, alive = psutil.wait_procs(alive, timeout=30)
+    _, alive = psutil.wait_procs(alive, timeout=grace)
     for p in alive:
         os.killpg(os.getpgid(p.pid), signal.SIGKILL)
+    psutil.wait_procs(alive, timeout=10)
     return f"{pipeline.name} did not stop within {timeout:.0f}s; terminated its process group (restart resumes from the checkpoint)"
 
 
-# --- health ---------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
-class Observation:
-    """Everything supervision looked at, in numbers."""
-
-    desired: Desired | None  # None: never launched here
-    alive: bool
-    state: str | None = None  # the job's last reported state
-    error: str | None = None
-    lag: int | None = None  # records in Kafka not yet committed
-    since_commit: float | None = None  # seconds since the last committed batch
-    since_start: float | None = None  # seconds since the running driver was launched
-    since_heartbeat: float | None = None  # seconds since the job last wrote its status
+class Restarted:
+    stopped: str | None  # what stopping said; None when it was not running
+    started: Started
 
 
-Action = Literal["start", "restart", "none", "unhealthy"]
+def restart(
+    pipeline: Pipeline,
+    target: SparkTarget,
+    *,
+    by: str,
+    available_now: bool = False,
+    processing_time: str | None = None,
+) -> Restarted:
+    """Stop the stream if it runs (after its batch commits), then start it from its checkpoint."""
+    stopped = stop(pipeline, by=by) if driver_process(pipeline) is not None else None
+    return Restarted(
+        stopped, start(pipeline, target, by=by, available_now=available_now, processing_time=processing_time)
+    )
 
 
-@dataclass(frozen=True)
-class Verdict:
-    action: Action
-    reason: str
-
-
-def assess(obs: Observation, *, max_stall: float, max_lag: int | None) -> Verdict:
-    """Decide what supervision does. Pure: every input is in ``obs``."""
-    if not obs.alive:
-        if obs.desired is None:
-            return Verdict("start", "no run of this pipeline is recorded; starting it")
-        if obs.desired == "stopped":
-            return Verdict("none", "stopped on request; not restarting it (trigger action=start to resume)")
-        if obs.desired == "once":
-            if obs.state == "failed":
-                return Verdict("unhealthy", f"the run-once (available-now) job failed: {obs.error}")
-            return Verdict("none", f"the run-once (available-now) job ended ({obs.state or 'no status'})")
-        why = f"it failed: {obs.error}" if obs.state == "failed" and obs.error else f"last state: {obs.state}"
-        return Verdict("restart", f"the stream is not running ({why}); restarting it from its checkpoint")
-    if obs.since_heartbeat is not None and obs.since_heartbeat > max_stall:
-        return Verdict(
-            "unhealthy",
-            f"stalled: the driver is alive but has not reported for {obs.since_heartbeat:.0f}s (max_stall {max_stall:.0f}s)",
-        )
-    # Time before this driver started is not its fault: count from its start at the earliest.
-    idle = min((t for t in (obs.since_commit, obs.since_start) if t is not None), default=None)
-    if obs.lag and idle is not None and idle > max_stall:
-        return Verdict(
-            "unhealthy",
-            f"stalled: {obs.lag} records wait in Kafka and no batch has committed for {idle:.0f}s (max_stall {max_stall:.0f}s)",
-        )
-    if max_lag is not None and obs.lag is not None and obs.lag > max_lag:
-        return Verdict("unhealthy", f"lagging: {obs.lag} records behind the broker (max_lag {max_lag})")
-    lag = "unknown" if obs.lag is None else str(obs.lag)
-    ago = "none yet" if obs.since_commit is None else f"{obs.since_commit:.0f}s ago"
-    return Verdict("none", f"healthy: running, last batch committed {ago}, lag {lag} records")
+#: Offsets of the pipeline's topics, by topic and partition (the broker's, or a test's).
+EndOffsets = Callable[[Pipeline], dict[str, dict[int, int]]]
 
 
 def broker_end_offsets(pipeline: Pipeline) -> dict[str, dict[int, int]]:
@@ -293,39 +252,69 @@ def broker_end_offsets(pipeline: Pipeline) -> dict[str, dict[int, int]]:
     return {t: end_offsets(src.bootstrap_servers, t) for t in topics}
 
 
-def observe(pipeline: Pipeline, now: float | None = None) -> tuple[Observation, Committed]:
+@dataclass(frozen=True)
+class StreamStatus:
+    """What ``sluice status`` shows and supervision decides from."""
+
+    pipeline: str
+    observation: Observation
+    committed: Committed
+    verdict: Verdict
+    driver: Driver | None
+    status: Status | None
+    broker_error: str | None = None  # the broker did not answer: lag unknown
+
+    @property
+    def healthy(self) -> bool:
+        return self.verdict.action != "unhealthy"
+
+
+def status(pipeline: Pipeline, offsets: EndOffsets = broker_end_offsets, now: float | None = None) -> StreamStatus:
+    """Observe the stream (without changing anything) and judge it."""
     now = time.time() if now is None else now
-    driver, status = Driver.read(pipeline.name), Status.read(pipeline.name)
+    driver, st = Driver.read(pipeline.name), Status.read(pipeline.name)
     proc = driver_process(pipeline)
     committed = read_committed(pipeline.checkpoint_path)
-    lag = committed.lag(broker_end_offsets(pipeline))
-    since_start = None
-    if proc is not None:
-        since_start = now - proc.create_time()
+    lag, broker_error = None, None
+    try:
+        lag = committed.lag(offsets(pipeline))
+    except KafkaException as exc:
+        broker_error = f"Kafka at {pipeline.spec.source.bootstrap_servers} did not answer ({exc.args[0]})"
     obs = Observation(
         desired=driver.desired if driver else ("running" if proc is not None else None),
         alive=proc is not None,
-        state=status.state if status else None,
-        error=status.error if status else None,
+        state=st.state if st else None,
+        error=st.error if st else None,
         lag=lag,
         since_commit=None if committed.committed_at is None else now - committed.committed_at,
-        since_start=since_start,
-        since_heartbeat=None if status is None or proc is None else now - status.updated_at,
+        since_start=None if proc is None else now - proc.create_time(),
+        since_heartbeat=None if st is None or proc is None else now - st.updated_at,
     )
-    return obs, committed
-
-
-class StreamUnhealthy(RuntimeError):
-    """The stream runs but does not keep up: a person has to look."""
-
-
-def supervise(pipeline: Pipeline, start: Callable[[], Driver]) -> tuple[Verdict, Observation]:
-    """One idempotent supervision pass: start or restart if needed, raise if unhealthy."""
-    obs, _ = observe(pipeline)
     s = pipeline.spec.supervision
     verdict = assess(obs, max_stall=duration_seconds(s.max_stall), max_lag=s.max_lag)
-    if verdict.action == "unhealthy":
-        raise StreamUnhealthy(f"{pipeline.name}: {verdict.reason}")
-    if verdict.action in ("start", "restart"):
-        wait_running(pipeline, start())
-    return verdict, obs
+    return StreamStatus(pipeline.name, obs, committed, verdict, driver, st, broker_error)
+
+
+@dataclass(frozen=True)
+class Supervised:
+    status: StreamStatus
+    started: Started | None = None  # set when this pass started or restarted the stream
+
+
+def supervise(
+    pipeline: Pipeline,
+    target: SparkTarget,
+    *,
+    by: str,
+    available_now: bool = False,
+    processing_time: str | None = None,
+    offsets: EndOffsets = broker_end_offsets,
+) -> Supervised:
+    """One idempotent supervision pass: start or restart if needed, raise if unhealthy."""
+    st = status(pipeline, offsets)
+    if st.verdict.action == "unhealthy":
+        raise StreamUnhealthy(f"{pipeline.name}: {st.verdict.reason}")
+    if st.verdict.action in ("start", "restart"):
+        started = start(pipeline, target, by=by, available_now=available_now, processing_time=processing_time)
+        return Supervised(st, started)
+    return Supervised(st)

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from sluice import config
-from sluice.spec import Pipeline
+from sluice.errors import SluiceError
+from sluice.records.backfill import BackfillPlan
 
 JOBS_DIR = config.PROJECT_ROOT / "jobs"
 
@@ -41,7 +42,7 @@ def spark_jars() -> list[str]:
     """The connector jars `make setup` resolved: Kafka source/sink and Delta."""
     jars = sorted(str(p) for p in config.jars_dir("spark").glob("*.jar"))
     if not jars:
-        raise FileNotFoundError(f"no jars in {config.jars_dir('spark')}: run `make setup`")
+        raise SluiceError(f"no jars in {config.jars_dir('spark')}: run `make setup`")
     return jars
 
 
@@ -128,39 +129,28 @@ class Submission:
         return [*cmd, self.application, *self.application_args]
 
 
-def check_continuous_slots(pipeline: Pipeline, master: str) -> None:
-    """A continuous branch on a local master needs a core per partition (raises ContinuousError)."""
-    if pipeline.spec.mode != "continuous":
-        return
-    from sluice.spec.continuous import precheck
-    from sluice.topics import total_partitions
-
-    src = pipeline.spec.source
-    precheck(pipeline.name, total_partitions(src.bootstrap_servers, src.topics or []), master)
-
-
 def ingest_submission(
     spec_path: str | Path,
     *,
     pipeline_name: str,
     available_now: bool = False,
     processing_time: str | None = None,
-    backfill: tuple[str, str] | None = None,
+    backfill: BackfillPlan | None = None,
     master: str | None = None,
     conf: dict[str, str] | None = None,
 ) -> Submission:
-    """The ingest job for one spec; ``backfill`` is (id, offset ranges as JSON)."""
+    """The ingest job for one spec, or for a backfill plan of it."""
     args = ["--spec", str(spec_path)]
     if available_now:
         args.append("--available-now")
     if processing_time:
         args += ["--processing-time", processing_time]
     if backfill:
-        args += ["--backfill-id", backfill[0], "--backfill-range", backfill[1]]
+        args += ["--backfill", backfill.to_json()]
     return Submission(
         application=str(JOBS_DIR / "ingest.py"),
         application_args=args,
-        name=f"sluice-{pipeline_name}",
+        name=f"sluice-{pipeline_name}" + ("-backfill" if backfill else ""),
         conf=spark_conf(conf),
         jars=spark_jars(),
         master=master or default_master(),

@@ -37,6 +37,7 @@ from typing import IO, TYPE_CHECKING, Literal
 import psutil
 
 from sluice import config
+from sluice.errors import SluiceError
 
 if TYPE_CHECKING:
     from sluice.spec import Pipeline
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
 Role = Literal["checkpoint", "stream", "backfill", "name", "commit"]
 
 
-class Claimed(RuntimeError):
+class Claimed(SluiceError):
     """Another driver holds a claim this one needs."""
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from sluice import config
+from sluice.errors import InvalidInput
 
 _LATEST = re.compile(r"^latest(?::(\d+))?$")
 
@@ -31,11 +32,11 @@ class Selection:
 
     def __post_init__(self) -> None:
         if (self.latest is None) == (self.start is None or self.end is None):
-            raise ValueError("give either a number of newest partitions or a date range")
+            raise InvalidInput("give either a number of newest partitions or a date range")
         if self.latest is not None and self.latest < 1:
-            raise ValueError(f"latest must be at least 1 (got {self.latest})")
+            raise InvalidInput(f"latest must be at least 1 (got {self.latest})")
         if self.start and self.end and self.start > self.end:
-            raise ValueError(f"the range starts on {self.start} after it ends on {self.end}")
+            raise InvalidInput(f"the range starts on {self.start} after it ends on {self.end}")
 
     @classmethod
     def parse(cls, text: str) -> Selection:
@@ -48,7 +49,7 @@ class Selection:
             start = date.fromisoformat(first)
             end = date.fromisoformat(last) if sep else start
         except ValueError:
-            raise ValueError(
+            raise InvalidInput(
                 f"{text!r} is not 'latest', 'latest:N', a date (2026-11-20) or a range (2026-11-18..2026-11-20)"
             ) from None
         return cls(start=start, end=end)

@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 import re
 
+from sluice.errors import InvalidInput
+
 MICRO_BATCH_HINT = "run this part as an ordinary micro-batch pipeline (mode: micro_batch, the default)"
 
 # Functions that make an expression stateful, batch-bound or non-deterministic per record.
@@ -34,7 +36,7 @@ _STRING = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
 _OVER = re.compile(r"\)\s*over\s*\(", re.IGNORECASE)
 
 
-class ContinuousError(ValueError):
+class ContinuousError(InvalidInput):
     """A continuous branch asks for something continuous processing cannot do."""
 
     def __init__(self, field: str, message: str) -> None:

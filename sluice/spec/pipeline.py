@@ -37,6 +37,7 @@ from pydantic import (
 )
 
 from sluice import config
+from sluice.errors import InvalidInput
 from sluice.spec import eventtime
 from sluice.spec.continuous import MICRO_BATCH_HINT, ContinuousError, check_expression
 from sluice.spec.expectations import Expectations
@@ -47,7 +48,7 @@ from sluice.spec.schema import Array, SchemaError, Struct, load_schema
 __all__ = ["Duration", "Pipeline", "PipelineSpec", "SpecError", "duration_seconds", "load_pipeline"]
 
 
-class SpecError(ValueError):
+class SpecError(InvalidInput):
     """A spec that cannot run: which file, which field, and what was expected."""
 
     def __init__(self, file: str | Path, field: str, message: str) -> None:

@@ -111,3 +111,49 @@ def test_an_invalid_spec_shows_up_as_a_failing_tagged_dag(airflow, tmp_path) -> 
     broken = bag["dags"]["sluice_broken"]
     assert "invalid-spec" in broken["tags"]
     assert "sink.format" in broken["description"] and "'parquet' or 'kafka'" in broken["doc"]
+
+
+TARGET = """
+import json
+from sluice.airflow.target import AirflowTarget, check_provider
+from sluice.airflow.tasks import as_task_state
+from sluice.errors import AlreadyRunning, InvalidInput, JobFailed, NothingToDo, StreamUnhealthy
+from sluice.ops.submit import ingest_submission
+from sluice.ops.target import LocalTarget
+
+check_provider()  # the private members the target relies on are still there
+sub = ingest_submission("p.yaml", pipeline_name="p", available_now=True)
+command, env = AirflowTarget().launch_command(sub)
+local, _ = LocalTarget(AirflowTarget().master).launch_command(sub)
+states = {}
+for exc in (NothingToDo("n"), AlreadyRunning("a"), InvalidInput("i"), StreamUnhealthy("s"), JobFailed("j")):
+    try:
+        with as_task_state():
+            raise exc
+    except BaseException as raised:
+        states[type(exc).__name__] = type(raised).__name__
+print("TARGET=" + json.dumps({"command": command, "local": local, "master": AirflowTarget().master,
+                              "env": env, "states": states}))
+"""
+
+
+def test_the_airflow_target_builds_the_local_command_through_the_provider(airflow) -> None:
+    """Fails loudly when a provider release changes the private members the target uses."""
+    done = airflow.python(
+        TARGET, env={"AIRFLOW_CONN_SLUICE_SPARK": json.dumps({"conn_type": "spark", "host": "local[3]"})}
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(next(x for x in done.stdout.splitlines() if x.startswith("TARGET=")).removeprefix("TARGET="))
+    assert got["master"] == "local[3]"
+    assert got["command"][0].endswith("spark-submit") and got["command"][1:3] == ["--master", "local[3]"]
+    # The provider orders options its own way; the same options and application must reach spark-submit.
+    assert sorted(got["command"][1:]) == sorted(got["local"][1:])
+    assert got["command"][-4:] == got["local"][-4:] == [got["local"][-4], "--spec", "p.yaml", "--available-now"]
+    assert got["env"]["SPARK_LOCAL_IP"] == "127.0.0.1"
+    assert got["states"] == {
+        "NothingToDo": "AirflowSkipException",
+        "AlreadyRunning": "AirflowSkipException",
+        "InvalidInput": "AirflowFailException",
+        "StreamUnhealthy": "AirflowFailException",
+        "JobFailed": "RuntimeError",
+    }

@@ -15,7 +15,8 @@ import pytest
 from jobs.sinks import read_table
 from sluice.dev.generate import EventGenerator
 from sluice.dev.produce import send, synthetic
-from sluice.ops import stream as supervise
+from sluice.ops import stream
+from sluice.records.run import Driver, Status
 from sluice.spec import Pipeline
 from tests.fixtures import audit_totals, make_pipeline, new_topic
 
@@ -32,8 +33,8 @@ def wait_for(what: str, condition: Callable[[], bool], pipeline: Pipeline, timeo
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
-            driver = supervise.Driver.read(pipeline.name)
-            tail = supervise.log_tail(driver.log, 60) if driver else "(no driver)"
+            driver = Driver.read(pipeline.name)
+            tail = stream.log_tail(driver.log, 60) if driver else "(no driver)"
             pytest.fail(f"timed out waiting for {what}; totals {audit_totals(pipeline)}\n{tail}")
         time.sleep(1)
 
@@ -58,7 +59,7 @@ def test_start_backfill_kill_supervise_stall_stop(airflow, broker, spark, tmp_pa
     run = airflow.dags_test(dag, {"action": "start"})
     assert run.state == "success", run.log[-4000:]
     assert "launched lifecycle on local[2]" in run.log
-    driver = supervise.Driver.read("lifecycle")
+    driver = Driver.read("lifecycle")
     assert driver is not None and driver.desired == "running"
     first_pid = driver.pid
 
@@ -79,12 +80,12 @@ def test_start_backfill_kill_supervise_stall_stop(airflow, broker, spark, tmp_pa
     run = airflow.dags_test(dag)  # default params: action=supervise
     assert run.state == "success", run.log[-4000:]
     assert "restarting it from its checkpoint" in run.log
-    restarted = supervise.Driver.read("lifecycle")
+    restarted = Driver.read("lifecycle")
     assert restarted is not None and restarted.pid != first_pid
     wait_for("the records sent while it was down", lambda: committed_in(pipeline) >= 350, pipeline)
 
     # Alive but frozen: supervision fails the run with the reason, and does not restart it.
-    proc = supervise.driver_process(pipeline)
+    proc = stream.driver_process(pipeline)
     assert proc is not None
     proc.send_signal(signal.SIGSTOP)
     try:
@@ -99,11 +100,11 @@ def test_start_backfill_kill_supervise_stall_stop(airflow, broker, spark, tmp_pa
     run = airflow.dags_test(dag, {"action": "stop"})
     assert run.state == "success", run.log[-4000:]
     assert "stopped lifecycle gracefully" in run.log
-    assert supervise.driver_process(pipeline) is None
-    assert supervise.Status.read("lifecycle").state == "stopped"
-    # (the supervision task's own call, in-process: a scheduled run would do exactly this)
-    verdict, _ = supervise.supervise(pipeline, start=lambda: pytest.fail("a stopped stream was restarted"))
-    assert verdict.action == "none" and "stopped on request" in verdict.reason
+    assert stream.driver_process(pipeline) is None
+    assert Status.read("lifecycle").state == "stopped"
+    run = airflow.dags_test(dag)  # a scheduled supervision leaves it stopped
+    assert run.state == "success" and "stopped on request" in run.log, run.log[-4000:]
+    assert stream.driver_process(pipeline) is None
 
     # Nothing lost, nothing repeated across start, backfill, kill, restart, stall and stop.
     sent = {(r.partition, r.offset) for r in missed + live + later}

@@ -28,10 +28,12 @@ import pytest
 
 from sluice.dev.generate import EventGenerator, Record
 from sluice.dev.produce import Delivered, send
-from sluice.ops import stream as supervise
+from sluice.errors import NothingToDo
+from sluice.ops import stream
 from sluice.ops.backfill import BackfillError, plan
 from sluice.ops.submit import ingest_submission, submit_env
 from sluice.records.checkpoint import read_committed
+from sluice.records.run import Driver
 from sluice.spec import Pipeline
 from tests.fixtures import all_audit_totals, kafka_keys, make_pipeline, new_topic, read_without_spark
 
@@ -53,7 +55,7 @@ class Schedule:
     topic: str
     rng: random.Random
     pipeline: Pipeline
-    driver: supervise.Driver | None = None
+    driver: Driver | None = None
     renames: int = 0
     starts_at: str = "earliest"  # 'latest': what comes before the first start is history only a backfill reads
     delivered: list[Delivered] = field(default_factory=list)
@@ -69,7 +71,7 @@ class Schedule:
 
     @property
     def running(self) -> bool:
-        return supervise.driver_process(self.pipeline) is not None
+        return stream.driver_process(self.pipeline) is not None
 
     # --- actions --------------------------------------------------------------------
 
@@ -88,13 +90,13 @@ class Schedule:
 
     def start(self) -> None:
         sub = ingest_submission(self.pipeline.spec_path, pipeline_name=self.pipeline.name)
-        self.driver = supervise.launch(self.pipeline, sub.command(), submit_env(sub.master), launched_by="chaos")
-        supervise.wait_running(self.pipeline, self.driver)
+        self.driver = stream.launch(self.pipeline, sub.command(), submit_env(sub.master), launched_by="chaos")
+        stream.wait_running(self.pipeline, self.driver)
         self.note(f"start as {self.pipeline.name}")
 
     def stop(self) -> None:
         self.produce(self.rng.randint(150, 300))  # a backlog to stop in the middle of
-        said = supervise.stop(self.pipeline, stopped_by="chaos", timeout=180)
+        said = stream.stop(self.pipeline, by="chaos", timeout=180)
         assert "gracefully" in said, f"{said}\n{self.where()}"
         self.note("stop with a backlog")
 
@@ -109,7 +111,7 @@ class Schedule:
         self.note("kill")
 
     def restart(self) -> None:
-        supervise.stop(self.pipeline, stopped_by="chaos", timeout=180)
+        stream.stop(self.pipeline, by="chaos", timeout=180)
         self.note("restart")
         self.start()
 
@@ -127,16 +129,14 @@ class Schedule:
             from_offset = self.rng.choice([0, 0, self.rng.randint(0, 60)])
         try:
             bf = plan(self.pipeline, from_offset=from_offset)
-        except BackfillError as exc:
+        except (BackfillError, NothingToDo) as exc:
             self.note(f"backfill refused ({str(exc).split(':')[0]})")
             return
-        sub = ingest_submission(
-            self.pipeline.spec_path, pipeline_name=self.pipeline.name, backfill=(bf.id, bf.range_json())
-        )
+        sub = ingest_submission(self.pipeline.spec_path, pipeline_name=self.pipeline.name, backfill=bf)
         done = subprocess.run(sub.command(), env=os.environ | submit_env(sub.master), capture_output=True, timeout=600)
         assert done.returncode == 0, f"{done.stderr.decode()[-3000:]}\n{self.where()}"
         self.note(
-            f"backfill {bf.size}{' (part refused)' if bf.refusal() else ''}{' beside the stream' if self.running else ''}"
+            f"backfill {bf.records}{' (part refused)' if bf.refusal() else ''}{' beside the stream' if self.running else ''}"
         )
 
     def drain(self) -> None:
@@ -152,7 +152,7 @@ class Schedule:
                 assert time.monotonic() < deadline, f"no batch committed\n{self.where()}"
                 time.sleep(0.5)
         if self.running:
-            supervise.stop(self.pipeline, stopped_by="chaos", timeout=180)
+            stream.stop(self.pipeline, by="chaos", timeout=180)
         sub = ingest_submission(self.pipeline.spec_path, pipeline_name=self.pipeline.name, available_now=True)
         done = subprocess.run(sub.command(), env=os.environ | submit_env(sub.master), capture_output=True, timeout=900)
         assert done.returncode == 0, f"{done.stderr.decode()[-3000:]}\n{self.where()}"
@@ -237,7 +237,7 @@ def test_random_schedules_keep_every_record_in_exactly_one_table(broker, tmp_pat
             raise AssertionError(f"{exc}\n{schedule.where()}") from exc
         finally:
             if schedule.running:
-                supervise.stop(schedule.pipeline, stopped_by="chaos", timeout=60)
+                stream.stop(schedule.pipeline, by="chaos", timeout=60)
         totals["schedules"] += 1
         for key in ("records", "duplicates", "lost"):
             totals[key] += result[key]

@@ -58,7 +58,7 @@ def test_check_validates_shipped_specs_and_reports_a_bad_one(tmp_path) -> None:
     bad.write_text(yaml.safe_dump(spec))
     result = sluice("check", str(bad))
     assert result.returncode == 2
-    assert f"{bad}: sink.format:" in " ".join(result.stdout.split())
+    assert f"{bad}: sink.format:" in " ".join(result.stderr.split())
 
 
 def test_produce_run_audit_and_sql_from_the_command_line(broker, tmp_path: Path) -> None:
@@ -104,8 +104,8 @@ def test_produce_run_audit_and_sql_from_the_command_line(broker, tmp_path: Path)
         "sql", "SELECT count(*) AS n, count(DISTINCT _kafka_offset, _kafka_partition) AS d FROM cli_signals", env=env
     )
     assert counted.returncode == 0, counted.stdout + counted.stderr[-2000:]
-    warnings = [line for line in counted.stdout.splitlines() if line.startswith("warning:")]
-    assert len(warnings) == 2, counted.stdout
+    warnings = [line for line in counted.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 2, counted.stderr
     assert "skipping a spec: " in warnings[0] and "broken.yaml" in warnings[0]
     assert warnings[1].startswith("warning: garbled: cannot read the delta table at")
     assert "Traceback" not in counted.stdout + counted.stderr
@@ -116,4 +116,4 @@ def test_produce_run_audit_and_sql_from_the_command_line(broker, tmp_path: Path)
     assert quarantined > 0
 
     wrong = sluice("sql", "SELECT nope FROM cli_signals", env=env)
-    assert wrong.returncode == 2 and "views: cli_signals" in wrong.stdout
+    assert wrong.returncode == 2 and "views: cli_signals" in wrong.stderr

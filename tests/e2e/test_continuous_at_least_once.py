@@ -17,7 +17,8 @@ from confluent_kafka import Consumer
 
 from sluice.dev.generate import EventGenerator
 from sluice.dev.produce import send, synthetic
-from sluice.ops import stream as supervise
+from sluice.ops import stream
+from sluice.records.run import Driver
 from tests.fixtures import make_pipeline, new_topic
 
 pytestmark = [pytest.mark.e2e, pytest.mark.chaos]
@@ -56,7 +57,7 @@ def test_killed_continuous_branch_flags_everything_at_least_once(airflow, broker
     )
     run = airflow.dags_test("sluice_fraud_chaos", {"action": "start"})
     assert run.state == "success", run.log[-4000:]
-    first = supervise.Driver.read("fraud_chaos")
+    first = Driver.read("fraud_chaos")
 
     gen = EventGenerator(pipeline, seed=21)
     delivered = []
@@ -83,7 +84,7 @@ def test_killed_continuous_branch_flags_everything_at_least_once(airflow, broker
     }
     assert should, "the generator produced no large payments"
     verdicts = read_all(broker.bootstrap, pipeline.spec.sink.topic, len(should), timeout=120)
-    print(supervise.stop(pipeline, stopped_by="test"))
+    print(stream.stop(pipeline, by="test"))
 
     flagged = [(v["source"]["partition"], v["source"]["offset"]) for v in verdicts]
     assert should <= set(flagged), f"missing verdicts: {sorted(should - set(flagged))[:10]}"

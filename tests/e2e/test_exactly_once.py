@@ -125,7 +125,7 @@ def test_a_second_spec_on_the_same_checkpoint_or_table_is_refused(spark, broker,
                 text=True,
                 timeout=60,
             )
-            assert cli.returncode == 1 and refusal in " ".join(cli.stdout.split()), cli.stdout + cli.stderr
+            assert cli.returncode == 1 and refusal in " ".join(cli.stderr.split()), cli.stdout + cli.stderr
         # The first stream went on undisturbed: it reads all 150. Spark splits the 50 a trigger
         # over the partitions with rounding, so wait for the records, not for three batches.
         wait_until(lambda: audit_totals(first)["records_in"] >= 150, running, log, timeout=240)

@@ -11,8 +11,9 @@ import pytest
 
 from sluice.dev.generate import EventGenerator
 from sluice.dev.produce import send, synthetic
-from sluice.ops import stream as supervise
+from sluice.ops import stream
 from sluice.ops.submit import ingest_submission, submit_env
+from sluice.records.run import Status
 from tests.fixtures import kafka_keys, make_pipeline, new_topic, read_without_spark
 
 pytestmark = [pytest.mark.e2e, pytest.mark.chaos]
@@ -36,20 +37,20 @@ def test_stop_with_a_backlog_ends_after_the_batch_in_progress(broker, tmp_path) 
     )
     report = send(broker.bootstrap, topic, synthetic(EventGenerator(pipeline, seed=7), 2000, 0.05), keep=True)
     sub = ingest_submission(pipeline.spec_path, pipeline_name=pipeline.name)
-    driver = supervise.launch(pipeline, sub.command(), submit_env(sub.master), launched_by="test")
-    supervise.wait_running(pipeline, driver)
+    driver = stream.launch(pipeline, sub.command(), submit_env(sub.master), launched_by="test")
+    stream.wait_running(pipeline, driver)
     deadline = time.monotonic() + 240
     while batches_done(pipeline) < 3:
-        assert time.monotonic() < deadline, supervise.log_tail(driver.log)
+        assert time.monotonic() < deadline, stream.log_tail(driver.log)
         time.sleep(0.2)
 
     before = batches_done(pipeline)
-    said = supervise.stop(pipeline, stopped_by="test", timeout=120)
+    said = stream.stop(pipeline, by="test", timeout=120)
     after = batches_done(pipeline)
     log = Path(driver.log).read_text()
     assert "gracefully" in said, said + log[-3000:]
     assert after - before <= 2, f"{after - before} batches committed after the stop request"  # ~100 were waiting
-    assert supervise.Status.read(pipeline.name).state == "stopped"
+    assert Status.read(pipeline.name).state == "stopped"
     after_stop = log[log.index("received SIGTERM") :]
     assert "stopped cleanly" in after_stop
     assert " ERROR " not in after_stop and "Traceback" not in after_stop, after_stop[:3000]
@@ -60,10 +61,10 @@ def test_stop_with_a_backlog_ends_after_the_batch_in_progress(broker, tmp_path) 
         tmp_path, topic, name=pipeline.name, sink={"format": "parquet"}, source={"max_offsets_per_trigger": 1000}
     )
     sub = ingest_submission(pipeline.spec_path, pipeline_name=pipeline.name, available_now=True)
-    finished = supervise.launch(pipeline, sub.command(), submit_env(sub.master), launched_by="test", desired="once")
+    finished = stream.launch(pipeline, sub.command(), submit_env(sub.master), launched_by="test", desired="once")
     deadline = time.monotonic() + 600
-    while supervise.driver_process(pipeline) is not None or (supervise.Status.read(pipeline.name).state != "finished"):
-        assert time.monotonic() < deadline, supervise.log_tail(finished.log)
+    while stream.driver_process(pipeline) is not None or (Status.read(pipeline.name).state != "finished"):
+        assert time.monotonic() < deadline, stream.log_tail(finished.log)
         time.sleep(1)
     out = kafka_keys(read_without_spark("parquet", pipeline.sink_path, KEYS))
     quarantined = kafka_keys(read_without_spark("parquet", pipeline.quarantine_path, KEYS))

@@ -14,7 +14,8 @@ from sluice.airflow.env import CONN_ID, spark_connection
 from sluice.dev.cluster import StandaloneCluster
 from sluice.dev.generate import EventGenerator
 from sluice.dev.produce import send, synthetic
-from sluice.ops import stream as supervise
+from sluice.ops import stream
+from sluice.records.run import Driver, Status
 from tests.fixtures import make_pipeline, new_topic
 
 pytestmark = pytest.mark.e2e
@@ -40,11 +41,11 @@ def test_airflow_deploys_to_a_standalone_cluster(airflow, broker, spark, standal
     assert f"--master {standalone_cluster}" in run.log
     assert f"launched on_cluster on {standalone_cluster}" in run.log
 
-    status = supervise.Status.read("on_cluster")
+    status = Status.read("on_cluster")
     assert status is not None and status.app_id and status.app_id.startswith("app-"), status  # a cluster application
-    driver = supervise.Driver.read("on_cluster")
+    driver = Driver.read("on_cluster")
     deadline = time.monotonic() + 240
-    while supervise.driver_process(pipeline) is not None and time.monotonic() < deadline:
+    while stream.driver_process(pipeline) is not None and time.monotonic() < deadline:
         time.sleep(2)
-    assert supervise.Status.read("on_cluster").state == "finished", supervise.log_tail(driver.log, 60)
+    assert Status.read("on_cluster").state == "finished", stream.log_tail(driver.log, 60)
     assert read_table(spark, "delta", pipeline.sink_path).count() == 250

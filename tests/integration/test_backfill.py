@@ -8,11 +8,12 @@ from datetime import UTC, datetime
 
 import pytest
 
-from jobs.backfill import Backfill
 from jobs.ingest import run
 from sluice.dev.generate import EventGenerator
 from sluice.dev.produce import send, synthetic
-from sluice.ops.backfill import BackfillError, plan
+from sluice.errors import NothingToDo
+from sluice.ops.backfill import plan
+from sluice.records.backfill import BackfillPlan
 from tests.fixtures import all_audit_totals, kafka_keys, make_pipeline, new_topic, read_without_spark, run_available_now
 
 pytestmark = pytest.mark.integration
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.integration
 KEYS = ["_kafka_topic", "_kafka_partition", "_kafka_offset"]
 
 
-def backfill(spark, pipeline, bf: Backfill) -> None:
+def backfill(spark, pipeline, bf: BackfillPlan) -> None:
     error = run(spark, pipeline, available_now=True, backfill=bf)
     assert error is None, error
 
@@ -33,7 +34,7 @@ def test_backfill_takes_only_what_the_stream_committed(spark, broker, tmp_path, 
     sent = send(broker.bootstrap, topic, synthetic(gen, 100, 0.1), keep=True).delivered  # history
 
     # Before the stream has committed anything, there is nothing a backfill may take.
-    with pytest.raises(BackfillError, match="stream has not committed a batch yet"):
+    with pytest.raises(NothingToDo, match="stream has not committed a batch yet"):
         plan(pipeline, from_offset=0)
 
     run_available_now(spark, pipeline)  # starts at 'latest': the history stays behind it
@@ -45,17 +46,17 @@ def test_backfill_takes_only_what_the_stream_committed(spark, broker, tmp_path, 
     time.sleep(0.01)
     stopped_at = datetime.now(UTC).isoformat()
     later = send(broker.bootstrap, topic, synthetic(gen, 50, 0.1), keep=True).delivered
-    with pytest.raises(BackfillError, match="every record in it is at or after the .* stream's last committed batch"):
+    with pytest.raises(NothingToDo, match="every record in it is at or after the .* stream's last committed batch"):
         plan(pipeline, from_time=stopped_at)
 
     # From offset 0: the history and what the stream wrote are kept, the 50 refused.
     whole = plan(pipeline, from_offset=0)
-    assert whole.size == 300 and whole.refusal() is not None and "refused 50 records" in whole.refusal()
-    backfill(spark, pipeline, Backfill(whole.id, whole.ranges))
+    assert whole.records == 300 and whole.refusal() is not None and "refused 50 records" in whole.refusal()
+    backfill(spark, pipeline, whole)
     # A backfill handed the unclipped range (a plan made where the checkpoint is remote) is
     # clipped by the job itself.
     unclipped = {t: {p: (0, 10**6) for p in parts} for t, parts in whole.ranges.items()}
-    backfill(spark, pipeline, Backfill("offsets-unclipped", unclipped))
+    backfill(spark, pipeline, BackfillPlan("offsets-unclipped", unclipped))
     present = set(kafka_keys(read_without_spark(fmt, pipeline.sink_path, KEYS)))
     present |= set(kafka_keys(read_without_spark(fmt, pipeline.quarantine_path, KEYS)))
     assert present == {(topic, d.partition, d.offset) for d in sent}  # the 50 are the stream's

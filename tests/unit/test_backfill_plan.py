@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from sluice.ops.backfill import BackfillPlan, clip, describe, size
+import pytest
+
+from sluice.records.backfill import BackfillPlan, clip, describe, size
 from sluice.records.checkpoint import last_batch, parse_offsets
 
 
@@ -23,7 +25,7 @@ def test_a_range_wholly_behind_the_stream_is_kept_whole() -> None:
 
 def test_the_plan_says_what_it_refused() -> None:
     plan = BackfillPlan("offsets-x", {"t": {0: (0, 300)}}, "offsets [0, end)", {"t": {0: (300, 500)}})
-    assert plan.size == 300
+    assert plan.records == 300
     assert plan.refusal() == (
         "refused 200 records the stream has not committed yet (t[0] 300..500): the stream reads them "
         "itself, and a backfill of them would write them twice"
@@ -36,3 +38,32 @@ def test_committed_offsets_are_read_from_the_checkpoint_files() -> None:
     assert parse_offsets(text) == {"t": {0: 35, 1: 40}, "u": {0: 7}}
     assert last_batch(["0", "1", "12", ".12.crc", "2"]) == 12
     assert last_batch([]) is None
+
+
+def test_a_plan_survives_its_json_round_trip() -> None:
+    plan = BackfillPlan(
+        "times-abc", {"t": {0: (5, 9), 1: (0, 4)}, "u": {3: (7, 7)}}, "times [a, b)", {"t": {0: (9, 12)}}
+    )
+    assert BackfillPlan.from_json(plan.to_json()) == plan
+    clipped = plan.clip({"t": {0: 7, 1: 4}})
+    assert clipped.ranges == {"t": {0: (5, 7), 1: (0, 4)}}
+    assert clipped.refused == {"t": {0: (7, 12)}}  # what was refused before, and now 7..9 too
+    assert BackfillPlan.from_json(clipped.to_json()) == clipped
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "[]",
+        '{"id": ""}',
+        '{"id": "x", "ranges": {"t": {"0": [5, 2]}}}',
+        '{"id": "x", "ranges": {"t": {"0": [-1, 2]}}}',
+        '{"id": "x", "ranges": {"t": [1]}}',
+        '{"id": "x", "ranges": {"t": {"a": [1, 2]}}}',
+        '{"id": "x", "ranges": {"t": {"0": [1]}}}',
+    ],
+)
+def test_anything_but_a_plan_is_refused_with_a_value_error(text: str) -> None:
+    with pytest.raises(ValueError):
+        BackfillPlan.from_json(text)

@@ -11,8 +11,8 @@ import time
 import psutil
 import pytest
 
-from sluice.ops import stream as supervise
-from sluice.ops.stream import Observation, assess
+from sluice.ops import stream
+from sluice.ops.health import Observation, Verdict, assess
 from sluice.records.checkpoint import Committed, read_committed
 
 STALL = 600.0
@@ -57,7 +57,7 @@ def test_a_just_restarted_stream_is_not_blamed_for_the_time_it_was_down() -> Non
 
 def test_lag_bound() -> None:
     obs = Observation(desired="running", alive=True, since_heartbeat=1, lag=1_001, since_commit=1, since_start=99)
-    assert assess(obs, max_stall=STALL, max_lag=1_000) == supervise.Verdict(
+    assert assess(obs, max_stall=STALL, max_lag=1_000) == Verdict(
         "unhealthy", "lagging: 1001 records behind the broker (max_lag 1000)"
     )
     assert assess(obs, max_stall=STALL, max_lag=2_000).action == "none"
@@ -92,10 +92,10 @@ def test_process_identity_guards_against_reused_pids() -> None:
         deadline = time.monotonic() + 10
         while "ingest.py" not in psutil.Process(proc.pid).cmdline() and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert supervise._process(proc.pid, "ingest.py") is not None
-        assert supervise._process(proc.pid, "maintain.py") is None
-        assert supervise._process(os.getpid(), "ingest.py") is None
+        assert stream._process(proc.pid, "ingest.py") is not None
+        assert stream._process(proc.pid, "maintain.py") is None
+        assert stream._process(os.getpid(), "ingest.py") is None
     finally:
         proc.kill()
         proc.wait()
-    assert supervise._process(proc.pid, "ingest.py") is None
+    assert stream._process(proc.pid, "ingest.py") is None

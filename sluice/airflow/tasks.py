@@ -1,0 +1,146 @@
+"""What each Airflow task does: read the form, call :mod:`sluice.ops`, report in the task log.
+
+Sluice's errors become task states in one place (:func:`as_task_state`): nothing to do
+skips the task, a transient failure is retried, any other failure fails the task at once.
+The actions' modules (psutil, confluent-kafka) are imported when a task runs, never while
+the DAG file is parsed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import get_current_context
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+from sluice.errors import AlreadyRunning, NothingToDo, SluiceError
+from sluice.spec import Pipeline, load_pipeline
+
+if TYPE_CHECKING:
+    from airflow.sdk import Asset
+
+    from sluice.ops.stream import Started
+
+log = logging.getLogger("sluice.airflow")
+
+
+@contextmanager
+def as_task_state() -> Iterator[None]:
+    try:
+        yield
+    except (NothingToDo, AlreadyRunning) as exc:
+        raise AirflowSkipException(str(exc)) from None
+    except SluiceError as exc:
+        if exc.transient:
+            raise RuntimeError(str(exc)) from None  # Airflow retries it
+        raise AirflowFailException(str(exc)) from None
+
+
+def _who() -> str:
+    ctx = get_current_context()
+    return f"airflow {ctx['dag'].dag_id} {ctx['run_id']}"
+
+
+def _log_started(started: Started, master: str) -> None:
+    log.info("launched %s on %s: %s", started.driver.pipeline, master, started.summary())
+    log.info("driver log, last lines:\n%s", started.log_tail())
+
+
+def control(spec_path: str) -> None:
+    """supervise, start, stop or restart, as the form (or the schedule: supervise) asks."""
+    from sluice.airflow.forms import launch_options
+    from sluice.airflow.target import AirflowTarget
+    from sluice.ops import stream
+
+    params: dict[str, Any] = get_current_context()["params"]
+    action, by = params["action"], _who()
+    with as_task_state():
+        pipeline, target = load_pipeline(spec_path), AirflowTarget()
+        if action == "stop":
+            log.info("%s", stream.stop(pipeline, by=by))
+        elif action == "start":
+            _log_started(stream.start(pipeline, target, by=by, **launch_options(params)), target.master)
+        elif action == "restart":
+            restarted = stream.restart(pipeline, target, by=by, **launch_options(params))
+            log.info("%s", restarted.stopped or f"{pipeline.name} was not running")
+            _log_started(restarted.started, target.master)
+        else:
+            done = stream.supervise(pipeline, target, by=by, **launch_options(params))
+            log.info("%s: %s (observed: %s)", pipeline.name, done.status.verdict.reason, done.status.observation)
+            if done.started:
+                _log_started(done.started, target.master)
+
+
+def plan_backfill(spec_path: str) -> str:
+    """The form's range as an exact plan (JSON, for the next task); an empty one skips the run."""
+    from sluice.ops import backfill
+
+    params: dict[str, Any] = get_current_context()["params"]
+    with as_task_state():
+        pipeline = load_pipeline(spec_path)
+        plan = backfill.plan(
+            pipeline,
+            from_offset=params.get("from_offset"),
+            to_offset=params.get("to_offset"),
+            from_time=params.get("from_time"),
+            to_time=params.get("to_time"),
+        )
+    log.info("backfill %s: %s, %d records: %s", plan.id, plan.description, plan.records, plan.to_json())
+    if plan.refusal():
+        log.warning("%s: %s", pipeline.name, plan.refusal())
+    return plan.to_json()
+
+
+def run_backfill(spec_path: str, plan_json: str) -> None:
+    from sluice.airflow.target import AirflowTarget
+    from sluice.ops import backfill
+    from sluice.records.backfill import BackfillPlan
+
+    with as_task_state():
+        backfill.run(load_pipeline(spec_path), AirflowTarget(), BackfillPlan.from_json(plan_json))
+
+
+def publish(spec_path: str, asset: Asset) -> dict[str, int]:
+    """Emit the table's asset event when batches committed since the last one (else skip)."""
+    from sluice.ops.publish import publish as publish_batches
+
+    ctx = get_current_context()
+
+    def emit(totals: dict[str, int]) -> None:
+        ctx["outlet_events"][asset].extra = totals
+
+    with as_task_state():
+        pipeline: Pipeline = load_pipeline(spec_path)
+        totals = publish_batches(pipeline, emit)
+    log.info("%s: %s", pipeline.name, totals)
+    return totals
+
+
+def validate(spec_path: str) -> dict[str, Any]:
+    """Great Expectations through the Spark provider; a failed critical expectation fails the task."""
+    from sluice.airflow.target import AirflowTarget
+    from sluice.ops import validate as validation
+
+    params: dict[str, Any] = get_current_context()["params"]
+    with as_task_state():
+        pipeline = load_pipeline(spec_path)
+        chosen = validation.selection(
+            pipeline,
+            from_date=params.get("from_date"),
+            to_date=params.get("to_date"),
+            latest=None if params.get("from_date") or params.get("to_date") else params.get("latest"),
+        )
+        report = validation.validate(pipeline, AirflowTarget(), chosen)
+    for line in report.summary():
+        log.info("%s", line)
+    if not report.passed:
+        raise AirflowFailException("\n".join(report.summary()))
+    return {
+        "passed": report.passed,
+        "partitions": [part.date for part in report.partitions],
+        "warnings": [f"{o.rule} on {o.partition}" for o in report.warnings],
+        "data_docs": report.docs,
+    }

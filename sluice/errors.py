@@ -1,0 +1,59 @@
+"""Sluice's own errors: every failure a user can meet, worded for them.
+
+Each class says how a front end reports it, so the CLI and Airflow translate them the same
+way without knowing each case: ``exit_code`` for the CLI (2: invalid input or usage, 1: it
+was tried and failed), ``transient`` for Airflow (a retry may help, so the task is retried;
+otherwise it fails at once), and :class:`NothingToDo` for work that is not an error at all
+(the task is skipped, the CLI says so and exits 0).
+"""
+
+from __future__ import annotations
+
+
+class SluiceError(Exception):
+    """An expected failure; its message is complete and meant for the user."""
+
+    exit_code = 1
+    transient = False
+
+
+class InvalidInput(SluiceError, ValueError):
+    """The request itself is wrong (a spec, a range, an option): nothing was tried."""
+
+    exit_code = 2
+
+
+class NothingToDo(SluiceError):
+    """The request is valid but there is nothing to do (an empty backfill, nothing new to publish)."""
+
+    exit_code = 0
+
+
+class AlreadyRunning(SluiceError):
+    """A start was asked for a stream that runs."""
+
+
+class StartFailed(SluiceError):
+    """The stream was launched but did not report a running query."""
+
+    transient = True
+
+
+class JobFailed(SluiceError):
+    """A bounded Spark job (backfill, validation) exited with an error."""
+
+    transient = True
+
+    def __init__(self, message: str, returncode: int | None = None) -> None:
+        super().__init__(message)
+        self.returncode = returncode
+
+
+class StreamUnhealthy(SluiceError):
+    """The stream runs but does not keep up: a person has to look."""
+
+
+class BrokerUnreachable(SluiceError):
+    """Kafka did not answer."""
+
+    transient = True

@@ -1,0 +1,86 @@
+"""The batch audit: one JSON file per committed batch, the count that must reconcile.
+
+The job writes one per batch next to its checkpoint (``<checkpoint>/sluice_audit/``, a
+backfill's beside its own checkpoint); ``sluice audit``, publishing and the tests read them.
+Every batch reconciles on its own: records in = records out + records quarantined.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Self
+
+from sluice.spec import Pipeline
+
+
+@dataclass
+class BatchAudit:
+    pipeline: str
+    batch_id: int
+    records_in: int
+    records_out: int
+    records_quarantined: int
+    rows_out: int  # differs from records_out only when arrays are exploded
+    records_already_present: int = 0  # backfills only: in the range, but already in a table (not counted in)
+    offsets: dict[str, dict[str, list[int]]] = field(default_factory=dict)  # topic -> partition -> [first, last]
+    expectations: dict[str, dict[str, Any]] = field(default_factory=dict)  # rule -> action, checked, failed
+    seconds: float = 0.0
+    written_at: str = ""
+
+    @property
+    def reconciles(self) -> bool:
+        return self.records_in == self.records_out + self.records_quarantined
+
+    def failed_expectations(self) -> dict[str, dict[str, Any]]:
+        return {name: c for name, c in self.expectations.items() if c.get("failed")}
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> Self:
+        data = json.loads(text)
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def file_name(batch_id: int) -> str:
+    return f"{batch_id:012d}.json"
+
+
+def folders(pipeline: Pipeline) -> list[Path]:
+    """The stream's audit folder and each backfill's, on this machine."""
+    backfills = Path(pipeline.checkpoint_path.rstrip("/") + "_backfills").glob("*/sluice_audit")
+    return [Path(pipeline.audit_path), *sorted(backfills)]
+
+
+def audit_files(folder_list: Iterable[Path], newer_than: float = 0.0) -> Iterator[Path]:
+    for folder in folder_list:
+        if folder.is_dir():
+            yield from (f for f in sorted(folder.glob("*.json")) if f.stat().st_mtime > newer_than)
+
+
+def read(path: Path) -> BatchAudit:
+    return BatchAudit.from_json(path.read_text(encoding="utf-8"))
+
+
+@dataclass
+class Totals:
+    batches: int = 0
+    records_in: int = 0
+    records_out: int = 0
+    rows_out: int = 0
+    records_quarantined: int = 0
+
+    def add(self, a: BatchAudit) -> None:
+        self.batches += 1
+        self.records_in += a.records_in
+        self.records_out += a.records_out
+        self.rows_out += a.rows_out
+        self.records_quarantined += a.records_quarantined
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)

@@ -1,0 +1,92 @@
+"""A Spark target for unit tests of the actions: no JVM, no spark-submit.
+
+Its "stream" is a small Python process whose script is named ``ingest.py``, like the real
+job, so the actions find, judge and stop it exactly as they do a real driver: it writes
+``status.json`` as the job does (a heartbeat every 0.1 s) and stops on SIGTERM. How it
+behaves is chosen per target (``mode``). Bounded jobs are recorded; a validation writes the
+report the real job would.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from sluice.errors import JobFailed
+from sluice.ops.submit import Submission
+
+DRIVER = r"""
+import json, os, signal, sys, time
+from pathlib import Path
+
+mode, status = sys.argv[1], Path(os.environ["SLUICE_HOME"]) / "run" / sys.argv[2] / "status.json"
+
+def report(state, error=None):
+    status.parent.mkdir(parents=True, exist_ok=True)
+    tmp = status.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"pipeline": sys.argv[2], "state": state, "pid": os.getpid(),
+                               "updated_at": time.time(), "app_id": "local-fake", "error": error}))
+    tmp.replace(status)
+
+stopping = []
+signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
+print("fake driver", mode, "WARN something Spark would say", flush=True)
+if mode == "exit":
+    sys.exit(3)
+if mode == "fail":
+    report("failed", "the table has data but the checkpoint is new")
+    sys.exit(3)
+if mode == "once":
+    report("finished")
+    sys.exit(0)
+if mode == "ignore-term":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+report("running")
+while not stopping:
+    if mode != "hang":
+        report("running")
+    time.sleep(0.1)
+report("stopped")
+"""
+
+
+class FakeTarget:
+    def __init__(self, folder: Path, mode: str = "run", master: str = "local[4]") -> None:
+        self.script = folder / "fake" / "ingest.py"
+        self.script.parent.mkdir(parents=True, exist_ok=True)
+        self.script.write_text(DRIVER)
+        self.mode, self._master = mode, master
+        self.launched: list[Submission] = []
+        self.ran: list[Submission] = []
+        self.fail_runs = False
+
+    @property
+    def master(self) -> str:
+        return self._master
+
+    def launch_command(self, sub: Submission) -> tuple[list[str], dict[str, str]]:
+        self.launched.append(sub)
+        name = sub.name.removeprefix("sluice-")
+        return [sys.executable, str(self.script), self.mode, name, *sub.application_args], {}
+
+    def run(self, sub: Submission) -> None:
+        self.ran.append(sub)
+        if self.fail_runs:
+            raise JobFailed(f"{sub.name} exited with 1", 1)
+        if "--report" in sub.application_args:
+            report = Path(sub.application_args[sub.application_args.index("--report") + 1])
+            report.parent.mkdir(parents=True, exist_ok=True)
+            report.write_text(json.dumps(REPORT))
+
+
+REPORT = {
+    "pipeline": "p",
+    "table": "/t/p",
+    "suite": "sluice_p",
+    "selection": "latest:1",
+    "validated_at": "2026-11-21T10:00:00Z",
+    "docs": "/q/index.html",
+    "partitions": [{"date": "2026-11-20", "rows": 10, "success": True}],
+    "outcomes": [],
+}

@@ -1,0 +1,64 @@
+"""The CLI translates Sluice's errors: one line on stderr, exit 2 for invalid input, 1 for a
+failure, 0 when there is nothing to do; no traceback. In-process, no JVM, no broker."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+import sluice
+from sluice import cli
+from tests.fixtures import make_pipeline
+
+
+def run(monkeypatch: pytest.MonkeyPatch, *args: str) -> int:
+    monkeypatch.setattr(sys, "argv", ["sluice", *args])
+    with pytest.raises(SystemExit) as ended:
+        cli.main()
+    return int(ended.value.code or 0)
+
+
+@pytest.fixture
+def spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("SLUICE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("COLUMNS", "300")
+    return str(make_pipeline(tmp_path, "events").spec_path)
+
+
+def test_version(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(monkeypatch, "--version") == 0
+    assert capsys.readouterr().out.strip() == f"sluice {sluice.__version__}"
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "words"),
+    [
+        (["backfill", "{spec}", "--from-offset", "9", "--to-offset", "3"], 2, "the range is empty"),
+        (["backfill", "{spec}", "--from-offset", "1", "--from-time", "2026-01-01T00:00:00Z"], 2, "not both"),
+        (["validate", "{spec}", "--date", "someday"], 2, "is not 'latest'"),
+        (["status", "no_such_pipeline"], 2, "no_such_pipeline"),
+    ],
+)
+def test_errors_are_one_line_on_stderr_with_their_exit_code(
+    spec: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], args: list[str], code: int, words: str
+) -> None:
+    assert run(monkeypatch, *(a.format(spec=spec) for a in args)) == code
+    out, err = capsys.readouterr()
+    assert err.startswith("error: ") and words in " ".join(err.split()) and "Traceback" not in out + err
+    assert out == ""
+
+
+def test_stopping_what_does_not_run_is_not_an_error(
+    spec: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(monkeypatch, "stop", spec) == 0
+    assert "is not running; it stays stopped" in capsys.readouterr().out
+
+
+def test_markup_in_user_text_is_printed_as_it_is(
+    spec: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(monkeypatch, "validate", spec, "--date", "[bold]x[/]") == 2
+    assert "[bold]x[/]" in capsys.readouterr().err

@@ -1,0 +1,275 @@
+"""Every action of sluice.ops with a fake Spark target and a temporary SLUICE_HOME: no JVM,
+no broker, no Airflow. The fake "stream" is a real process found, judged and stopped the
+way a real driver is (see fake_target.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from sluice.errors import AlreadyRunning, InvalidInput, JobFailed, NothingToDo, StartFailed, StreamUnhealthy
+from sluice.ops import backfill, publish, stream, validate
+from sluice.records.audit import BatchAudit, file_name
+from sluice.records.backfill import BackfillPlan
+from sluice.records.run import Driver, Status
+from sluice.spec import Pipeline
+from tests.fixtures import make_pipeline
+from tests.unit.fake_target import FakeTarget
+
+
+def no_lag(_: Pipeline) -> dict[str, dict[int, int]]:
+    return {}
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.setenv("SLUICE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("SLUICE_KAFKA_BOOTSTRAP", "127.0.0.1:1")  # never contacted: offsets are injected
+    (tmp_path / "jars" / "spark").mkdir(parents=True)
+    (tmp_path / "jars" / "spark" / "delta-spark.jar").touch()  # only named on the command line
+    monkeypatch.setenv("SLUICE_JARS", str(tmp_path / "jars"))
+    yield tmp_path
+    for proc in psutil.process_iter(["cmdline"]):  # no fake driver outlives its test
+        if any(str(tmp_path) in part for part in proc.info["cmdline"] or []):
+            proc.kill()
+
+
+@pytest.fixture
+def pipeline(home: Path) -> Pipeline:
+    return make_pipeline(home, "events", supervision={"max_stall": "1 second"})
+
+
+def test_start_status_stop_and_a_second_start(home: Path, pipeline: Pipeline) -> None:
+    target = FakeTarget(home)
+    started = stream.start(pipeline, target, by="test", processing_time="5 seconds")
+    assert started.status.state == "running" and started.driver.desired == "running"
+    assert started.driver.launched_by == "test" and "fake driver run" in started.log_tail()
+    assert target.launched[0].application_args == ["--spec", str(pipeline.spec_path), "--processing-time", "5 seconds"]
+
+    with pytest.raises(AlreadyRunning, match="already running"):
+        stream.start(pipeline, target, by="test")
+    assert len(target.launched) == 1
+
+    st = stream.status(pipeline, no_lag)
+    assert st.observation.alive and st.verdict.action == "none" and st.healthy and st.broker_error is None
+
+    said = stream.stop(pipeline, by="test stop")
+    assert said.startswith(f"stopped {pipeline.name} gracefully")
+    driver = Driver.read(pipeline.name)
+    assert driver is not None and driver.desired == "stopped" and driver.stopped_by == "test stop"
+    assert (Status.read(pipeline.name) or Status("", "", 0, 0)).state == "stopped"
+    assert stream.stop(pipeline, by="again") == f"{pipeline.name} is not running; it stays stopped"
+
+    after = stream.status(pipeline, no_lag)
+    assert (
+        not after.observation.alive and after.verdict.action == "none" and "stopped on request" in after.verdict.reason
+    )
+
+
+def test_run_once_is_recorded_as_once_and_not_restarted(home: Path, pipeline: Pipeline) -> None:
+    target = FakeTarget(home, mode="once")
+    started = stream.start(pipeline, target, by="test", available_now=True)
+    assert started.status.state == "finished" and started.driver.desired == "once"
+    assert "--available-now" in target.launched[0].application_args
+    done = stream.supervise(pipeline, target, by="scheduler", offsets=no_lag)
+    assert done.started is None and "ended (finished)" in done.status.verdict.reason
+
+
+@pytest.mark.parametrize(("mode", "words"), [("fail", "checkpoint is new"), ("exit", "exited")])
+def test_a_start_that_fails_says_why_with_the_log(home: Path, pipeline: Pipeline, mode: str, words: str) -> None:
+    with pytest.raises(StartFailed, match=words) as failed:
+        stream.start(pipeline, FakeTarget(home, mode=mode), by="test")
+    assert failed.value.transient and f"fake driver {mode}" in str(failed.value)
+
+
+def test_supervise_starts_keeps_and_restarts(home: Path, pipeline: Pipeline) -> None:
+    target = FakeTarget(home)
+    first = stream.supervise(pipeline, target, by="scheduler", offsets=no_lag)
+    assert first.started is not None and first.status.verdict.action == "start"
+
+    again = stream.supervise(pipeline, target, by="scheduler", offsets=no_lag)
+    assert again.started is None and again.status.verdict.reason.startswith("healthy")
+
+    os.killpg(first.started.driver.pid, signal.SIGKILL)  # the driver dies
+    psutil.wait_procs([psutil.Process(first.started.driver.pid)], timeout=5)
+    revived = stream.supervise(pipeline, target, by="scheduler", offsets=no_lag)
+    assert revived.status.verdict.action == "restart" and revived.started is not None
+    assert revived.started.driver.pid != first.started.driver.pid
+    assert len(target.launched) == 2
+
+
+def test_supervise_fails_loudly_on_a_stalled_or_lagging_stream(home: Path, pipeline: Pipeline) -> None:
+    stream.start(pipeline, FakeTarget(home, mode="hang"), by="test")
+    time.sleep(1.3)  # no heartbeat for longer than max_stall
+    with pytest.raises(StreamUnhealthy, match="has not reported") as unhealthy:
+        stream.supervise(pipeline, FakeTarget(home), by="scheduler", offsets=no_lag)
+    assert not unhealthy.value.transient
+    stream.stop(pipeline, by="test", timeout=5)
+
+    lagging = make_pipeline(home, "lagging", supervision={"max_lag": 10})
+    stream.start(lagging, FakeTarget(home), by="test")
+    with pytest.raises(StreamUnhealthy, match="lagging: 500 records"):
+        stream.supervise(lagging, FakeTarget(home), by="scheduler", offsets=lambda p: {"lagging": {0: 500}})
+
+
+def test_restart_stops_then_starts_from_the_checkpoint(home: Path, pipeline: Pipeline) -> None:
+    target = FakeTarget(home)
+    cold = stream.restart(pipeline, target, by="test")
+    assert cold.stopped is None and cold.started.status.state == "running"
+    warm = stream.restart(pipeline, target, by="test")
+    assert warm.stopped is not None and "gracefully" in warm.stopped
+    assert warm.started.driver.pid != cold.started.driver.pid
+
+
+def test_a_driver_that_ignores_sigterm_is_terminated_after_the_timeout(home: Path, pipeline: Pipeline) -> None:
+    started = stream.start(pipeline, FakeTarget(home, mode="ignore-term"), by="test")
+    said = stream.stop(pipeline, by="test", timeout=1, grace=0.5)
+    assert "did not stop within 1s" in said and stream.driver_process(pipeline) is None
+    assert not psutil.pid_exists(started.driver.pid)
+
+
+def test_status_without_a_broker_still_shows_the_local_state(home: Path, pipeline: Pipeline) -> None:
+    def unreachable(_: Pipeline) -> dict[str, dict[int, int]]:
+        raise KafkaException(KafkaError(KafkaError._TRANSPORT, "Connection refused"))
+
+    st = stream.status(pipeline, unreachable)
+    assert st.broker_error is not None and "did not answer" in st.broker_error
+    assert st.observation.lag is None and st.verdict.action == "start"
+
+
+# --- backfill -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def kafka_holds(monkeypatch: pytest.MonkeyPatch) -> dict[str, dict[int, tuple[int, int]]]:
+    """The broker's watermarks as the plan sees them: the one input that comes from Kafka."""
+    marks = {"events": {0: (0, 100), 1: (20, 80)}}
+    monkeypatch.setattr(backfill, "watermarks", lambda _bootstrap, topic: marks[topic])
+    return marks
+
+
+def commit_offsets(pipeline: Pipeline, offsets: dict[str, dict[str, int]]) -> None:
+    """A checkpoint whose batch 0 committed these end offsets, as Spark writes it."""
+    cp = Path(pipeline.checkpoint_path)
+    (cp / "offsets").mkdir(parents=True)
+    (cp / "commits").mkdir()
+    (cp / "offsets" / "0").write_text('v1\n{"batchWatermarkMs":0,"batchTimestampMs":1}\n' + json.dumps(offsets))
+    (cp / "commits" / "0").write_text('v1\n{"nextBatchWatermarkMs":0}')
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({}, "none was given"),
+        ({"from_offset": 1, "from_time": "2026-11-01T00:00:00Z"}, "not both"),
+        ({"from_offset": 50, "to_offset": 10}, "the range is empty"),
+        ({"from_offset": 50, "to_offset": 50}, "the range is empty"),
+        ({"from_offset": -5}, "0 or more"),
+        ({"from_time": "yesterday"}, "not an ISO-8601 time"),
+        ({"from_time": "2026-11-02T00:00:00Z", "to_time": "2026-11-01T00:00:00Z"}, "the range is empty"),
+    ],
+)
+def test_a_backfill_range_that_is_not_a_range_is_invalid_input(
+    pipeline: Pipeline, kafka_holds: dict[str, dict[int, tuple[int, int]]], kwargs: dict[str, object], words: str
+) -> None:
+    with pytest.raises(InvalidInput, match=words) as bad:
+        backfill.plan(pipeline, **kwargs)  # type: ignore[arg-type]
+    assert bad.value.exit_code == 2
+
+
+def test_a_backfill_plan_covers_only_what_the_stream_committed(
+    home: Path, pipeline: Pipeline, kafka_holds: dict[str, dict[int, tuple[int, int]]]
+) -> None:
+    with pytest.raises(NothingToDo, match="has not committed a batch yet"):
+        backfill.plan(pipeline, from_offset=0)
+    commit_offsets(pipeline, {"events": {"0": 60, "1": 50}})
+    with pytest.raises(NothingToDo, match="Kafka holds no records"):
+        backfill.plan(pipeline, from_offset=500)
+
+    plan = backfill.plan(pipeline, from_offset=10, to_offset=70)
+    assert plan.ranges == {"events": {0: (10, 60), 1: (20, 50)}}  # clipped to the log and to the stream
+    assert plan.refused == {"events": {0: (60, 70), 1: (50, 70)}} and "refused 30 records" in (plan.refusal() or "")
+    assert plan.records == 80 and backfill.plan(pipeline, from_offset=10, to_offset=70).id == plan.id
+
+    target = FakeTarget(home)
+    backfill.run(pipeline, target, plan)
+    (sub,) = target.ran
+    assert sub.name == f"sluice-{pipeline.name}-backfill"
+    assert BackfillPlan.from_json(sub.application_args[sub.application_args.index("--backfill") + 1]) == plan
+
+    target.fail_runs = True
+    with pytest.raises(JobFailed):
+        backfill.run(pipeline, target, plan)
+
+
+# --- validate -----------------------------------------------------------------------------
+
+
+def test_validation_selections_from_either_front_end(pipeline: Pipeline) -> None:
+    default = pipeline.spec.expectations.validation.partitions
+    assert str(validate.selection(pipeline)) == f"latest:{default}"
+    assert str(validate.selection(pipeline, latest=3)) == "latest:3"
+    assert str(validate.selection(pipeline, dates="2026-11-18..2026-11-20")) == "2026-11-18..2026-11-20"
+    assert str(validate.selection(pipeline, from_date="2026-11-18")) == "2026-11-18"
+    assert str(validate.selection(pipeline, to_date="2026-11-19")) == "2026-11-19"
+    for bad in (
+        {"dates": "2026-11-20", "latest": 2},
+        {"dates": "2026-11-20", "from_date": "2026-11-20"},
+        {"dates": "someday"},
+        {"from_date": "2026-11-20", "to_date": "2026-11-01"},
+    ):
+        with pytest.raises(InvalidInput):
+            validate.selection(pipeline, **bad)  # type: ignore[arg-type]
+
+
+def test_validate_runs_the_job_and_reads_its_report(home: Path, pipeline: Pipeline) -> None:
+    target = FakeTarget(home)
+    report = validate.validate(pipeline, target, validate.selection(pipeline, dates="2026-11-20"))
+    assert report.passed and report.partitions[0].rows == 10
+    assert target.ran[0].application_args[target.ran[0].application_args.index("--dates") + 1] == "2026-11-20"
+
+    silent = FakeTarget(home)
+    silent.run = lambda sub: None  # type: ignore[method-assign]  # a job that ends without its report
+    with pytest.raises(JobFailed, match="without writing"):
+        validate.validate(pipeline, silent, validate.selection(pipeline))
+
+
+# --- publish ------------------------------------------------------------------------------
+
+
+def write_audit(folder: Path, batch_id: int, records_in: int, quarantined: int) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    a = BatchAudit("p", batch_id, records_in, records_in - quarantined, quarantined, records_in - quarantined)
+    (folder / file_name(batch_id)).write_text(a.to_json())
+
+
+def test_publish_announces_each_batch_once_including_backfills(home: Path, pipeline: Pipeline) -> None:
+    emitted: list[dict[str, int]] = []
+    with pytest.raises(NothingToDo):
+        publish.publish(pipeline, emitted.append)
+
+    write_audit(Path(pipeline.audit_path), 0, 10, 1)
+    write_audit(Path(pipeline.backfill_checkpoint_path("offsets-1")) / "sluice_audit", 0, 5, 0)
+    first = publish.publish(pipeline, emitted.append)
+    assert first == {"batches": 2, "records_in": 15, "records_out": 14, "rows_out": 14, "records_quarantined": 1}
+    assert emitted == [first]
+    with pytest.raises(NothingToDo, match="no batch"):
+        publish.publish(pipeline, emitted.append)
+
+    time.sleep(0.01)  # a later mtime than the marker's
+    write_audit(Path(pipeline.audit_path), 1, 7, 7)
+
+    def broken(_: dict[str, int]) -> None:
+        raise RuntimeError("the metadata DB is down")
+
+    with pytest.raises(RuntimeError):
+        publish.publish(pipeline, broken)
+    assert publish.publish(pipeline, emitted.append)["records_quarantined"] == 7  # not lost by the failed emit
