@@ -23,12 +23,10 @@ from pyspark.sql import functions as F
 from jobs.parse import REASON
 from sluice.spec import Pipeline
 from sluice.spec import quarantine as q
+from sluice.spec.columns import CHECKED
+from sluice.spec.columns import RECORD as _RECORD
 from sluice.spec.expectations import DROPPED, describe, failing_sql
 from sluice.spec.flatten import quote
-
-#: Columns added to the parsed batch: did the record reach the rules, and did it fail each.
-CHECKED = "__checked"
-_RECORD = "__record"
 
 
 def failed(rule: str) -> str:

@@ -16,10 +16,8 @@ from pyspark.sql.types import StructType
 
 from sluice.spec import Pipeline, eventtime, flatten
 from sluice.spec import quarantine as q
+from sluice.spec.columns import KEY, REASON
 from sluice.spec.flatten import PARSED, quote
-
-REASON = "__reason"
-KEY = "__key"
 
 
 def read_kafka(spark: SparkSession, pipeline: Pipeline, options: dict[str, str] | None = None) -> DataFrame:

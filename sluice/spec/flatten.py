@@ -25,19 +25,17 @@ import itertools
 import re
 from dataclasses import dataclass
 
+from sluice.spec.columns import (  # noqa: F401 - the plan's names, as its users read them
+    EVENT_TIME,
+    INGESTED_AT,
+    KAFKA_OFFSET,
+    KAFKA_PARTITION,
+    KAFKA_TIMESTAMP,
+    KAFKA_TOPIC,
+    METADATA_COLUMNS,
+    PARSED,
+)
 from sluice.spec.schema import Array, DataType, Struct
-
-#: The column that holds the parsed event in the Spark job.
-PARSED = "__data"
-
-#: Columns Sluice adds to every output table, for lineage and audits.
-KAFKA_TOPIC = "_kafka_topic"
-KAFKA_PARTITION = "_kafka_partition"
-KAFKA_OFFSET = "_kafka_offset"
-KAFKA_TIMESTAMP = "_kafka_timestamp"
-EVENT_TIME = "_event_time"
-INGESTED_AT = "_ingested_at"
-METADATA_COLUMNS = (KAFKA_TOPIC, KAFKA_PARTITION, KAFKA_OFFSET, KAFKA_TIMESTAMP, EVENT_TIME, INGESTED_AT)
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_]")
 

@@ -31,15 +31,10 @@ from __future__ import annotations
 
 import re
 
+from sluice.spec.columns import CORRUPT, EVENT_TS, JSON, VALUE
 from sluice.spec.eventtime import Bounds
 from sluice.spec.flatten import PARSED, quote
 from sluice.spec.schema import DataType, Struct
-
-#: Columns of the parsing stage in the Spark job.
-VALUE = "__value"
-JSON = "__json"
-CORRUPT = "__corrupt"
-EVENT_TS = "__event_ts"
 
 EMPTY_VALUE = "empty record: the Kafka message has no value"
 NOT_UTF8 = "not UTF-8: the value has bytes that are not UTF-8 text (raw_value keeps them)"
