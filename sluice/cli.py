@@ -6,6 +6,8 @@ only when they run, so the rest start instantly.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import sys
 import time
@@ -26,23 +28,28 @@ from sluice.dev.generate import EventGenerator
 from sluice.dev.produce import ProduceError, ProduceReport, read_ndjson, send, synthetic
 from sluice.errors import NothingToDo, SluiceError
 from sluice.ops import backfill as backfills
+from sluice.ops import check as checks
 from sluice.ops import stream
 from sluice.ops import validate as validation
 from sluice.ops.submit import ingest_submission
 from sluice.ops.target import LocalTarget
 from sluice.records import audit as audits
 from sluice.records.validation import Report, Selection
-from sluice.spec import Pipeline, all_pipelines, compatibility, load_pipeline, valid_pipelines
+from sluice.spec import Pipeline, PipelineSpec, load_pipeline, valid_pipelines
 from sluice.topics import create_topics, end_offsets
 
 console = Console(highlight=False)
 errors = Console(stderr=True, highlight=False)
+# Help texts are plain text: "[default: ...]" and "local[2]" must not be read as Rich markup.
 app = typer.Typer(
     no_args_is_help=True,
+    rich_markup_mode=None,
     help="Sluice: Kafka JSON events to date-partitioned Delta/Parquet tables with Spark.",
 )
-kafka_app = typer.Typer(no_args_is_help=True, help="The embedded Kafka broker (KRaft, localhost only).")
-topics_app = typer.Typer(no_args_is_help=True, help="Kafka topics.")
+kafka_app = typer.Typer(
+    no_args_is_help=True, rich_markup_mode=None, help="The embedded Kafka broker (KRaft, localhost only)."
+)
+topics_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Kafka topics.")
 app.add_typer(kafka_app, name="kafka")
 app.add_typer(topics_app, name="topics")
 
@@ -299,10 +306,13 @@ def supervise(spec: SpecArg, master: Master = None) -> None:
 
 
 @app.command()
-def status(spec: SpecArg) -> None:
-    """Is the stream running, how far behind Kafka is it, and what would supervision do?"""
+def status(spec: SpecArg, as_json: JsonOut = False) -> None:
+    """Is the stream running, how far behind Kafka is it, and what would supervision do? Exit 1 if unhealthy."""
     p = _pipeline(spec)
     st = stream.status(p)
+    if as_json:
+        _json(st.as_dict())
+        raise typer.Exit(0 if st.healthy else 1)
     obs = st.observation
     table = Table("", "", show_header=False, title=escape(p.name))
     table.add_row("running", "yes" if obs.alive else "no")
@@ -350,46 +360,79 @@ def airflow(ctx: typer.Context) -> None:
     os.execve(binary, [str(binary), *ctx.args], env)  # noqa: S606 - becomes the airflow process
 
 
+JsonOut = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+
+
+def _json(data: Any) -> None:
+    print(json.dumps(data, indent=1, default=str))  # plain print: JSON is not markup
+
+
 @app.command()
 def check(
     specs: Annotated[list[str] | None, typer.Argument(help="Specs [default: all in pipelines/].")] = None,
+    schema: Annotated[
+        bool, typer.Option("--schema", help="Print the spec format's JSON Schema (for editors).")
+    ] = False,
+    as_json: JsonOut = False,
 ) -> None:
     """Validate specs, show the columns each one writes, and compare them with its tables.
 
-    Exits 2 when a spec is invalid, 1 when a valid spec no longer matches a table it
-    already wrote (a column's type, the partitioning, a column added or removed).
+    Every spec is checked and every problem listed. Exits 2 when a spec is invalid, 1 when
+    a valid spec no longer matches a table it already wrote (a column's type, the
+    partitioning, a column added or removed).
     """
-    pipelines = [load_pipeline(s) for s in specs] if specs else all_pipelines()
-    mismatched = 0
-    for p in pipelines:
-        table = Table("column", "from", "type", title=escape(f"{p.name}  ({p.spec.sink.format} -> {p.sink_path})"))
-        for c in p.plan.columns:
-            table.add_row(escape(c.name), escape(c.source), escape(c.type.sql()))
-        console.print(table)
-        if p.spec.sink.format == "kafka":
-            continue
-        if not (compatibility.is_local(p.sink_path) and compatibility.is_local(p.quarantine_path)):
-            console.print("tables: not on this machine; the job compares them when it starts")
-            continue
-        try:
-            compatibility.check(p, compatibility.read_local)
-        except compatibility.IncompatibleTable as exc:
-            errors.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
-            mismatched += 1
-        except Exception as exc:  # a reader's own errors (delta-rs, a damaged log): report and go on
-            warn(f"{p.name}: could not read its tables to compare them: {exc}")
+    if schema:
+        _json(PipelineSpec.model_json_schema(by_alias=True))
+        return
+    results = checks.check([Path(s) for s in specs] if specs else None)
+    invalid = [r for r in results if not r.valid]
+    mismatched = [r for r in results if r.tables == "mismatch"]
+    if as_json:
+        _json({"specs": [r.as_dict() for r in results], "invalid": len(invalid), "mismatched": len(mismatched)})
+    else:
+        for r in results:
+            if r.pipeline is None:
+                for where, message in r.problems:
+                    errors.print(
+                        f"[bold red]error:[/] {escape(r.file)}: {escape(where + ': ' if where else '')}{escape(message)}",
+                        soft_wrap=True,
+                    )
+                continue
+            p = r.pipeline
+            table = Table("column", "from", "type", title=escape(f"{p.name}  ({p.spec.sink.format} -> {p.sink_path})"))
+            for c in p.plan.columns:
+                table.add_row(escape(c.name), escape(c.source), escape(c.type.sql()))
+            console.print(table)
+            if r.tables == "mismatch":
+                errors.print(f"[bold red]error:[/] {escape(r.detail)}", soft_wrap=True)
+            elif r.tables == "unreadable":
+                warn(f"{p.name}: {r.detail}")
+            else:
+                say(f"tables: {r.detail}")
+    if invalid:
+        if not as_json:
+            errors.print(f"{len(invalid)} of {len(results)} spec(s) invalid")
+        raise typer.Exit(2)
     if mismatched:
-        fail(f"{mismatched} spec(s) do not match their tables", 1)
-    console.print(f"[green]{len(pipelines)} spec(s) valid[/]")
+        if not as_json:
+            errors.print(f"{len(mismatched)} spec(s) do not match their tables")
+        raise typer.Exit(1)
+    if not as_json:
+        console.print(f"[green]{len(results)} spec(s) valid[/]")
 
 
 @app.command()
-def audit(spec: SpecArg, last: Annotated[int, typer.Option(help="How many batches.")] = 20) -> None:
+def audit(
+    spec: SpecArg, last: Annotated[int, typer.Option(help="How many batches.")] = 20, as_json: JsonOut = False
+) -> None:
     """Per-batch counts: records in = records out + records quarantined."""
     p = _pipeline(spec)
     files = list(audits.audit_files([Path(p.audit_path)]))[-last:]
     if not files:
         fail(f"no batches recorded yet in {p.audit_path}", 1)
+    if as_json:
+        _json([dataclasses.asdict(audits.read(f)) for f in files])
+        return
     table = Table(
         "batch",
         "in",
@@ -437,10 +480,16 @@ def validate(
         typer.Option(min=1, help="The newest N date partitions [default: expectations.validation.partitions]."),
     ] = None,
     master: Master = None,
+    as_json: JsonOut = False,
 ) -> None:
     """Validate the table with Great Expectations; exit 1 when a critical expectation fails."""
     p = _pipeline(spec)
-    report = _validate(p, validation.selection(p, dates=date, latest=latest), master)
+    chosen = validation.selection(p, dates=date, latest=latest)
+    if as_json:
+        report = validation.validate(p, LocalTarget(master), chosen)
+        print(report.model_dump_json(indent=1))
+    else:
+        report = _validate(p, chosen, master)
     if not report.passed:
         raise typer.Exit(1)
 

@@ -2,10 +2,26 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+
+# librdkafka reports every failed connection attempt (dozens a second when the broker is
+# down); Sluice reports the outcome once, so the client's own log stays out of the terminal.
+_client_log = logging.getLogger("sluice.kafka.client")
+_client_log.addHandler(logging.NullHandler())
+_client_log.propagate = False
+
+
+def _conf(bootstrap: str, **extra: Any) -> dict[str, Any]:
+    return {"bootstrap.servers": bootstrap, "logger": _client_log, **extra}
+
+
+def _consumer(bootstrap: str) -> Consumer:
+    return Consumer(_conf(bootstrap, **{"group.id": "sluice-offsets", "enable.auto.commit": False}))
 
 
 @dataclass(frozen=True)
@@ -17,7 +33,7 @@ class TopicResult:
 
 def create_topics(bootstrap: str, names: list[str], partitions: int = 1, timeout: float = 30.0) -> list[TopicResult]:
     """Create topics that do not exist yet (idempotent); report each one's partitions."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(_conf(bootstrap))
     existing = admin.list_topics(timeout=timeout).topics
     wanted = [n for n in names if n not in existing]
     created: set[str] = set()
@@ -38,7 +54,7 @@ def create_topics(bootstrap: str, names: list[str], partitions: int = 1, timeout
 
 
 def partition_count(bootstrap: str, topic: str, timeout: float = 10.0) -> int:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(_conf(bootstrap))
     md = admin.list_topics(topic, timeout=timeout).topics.get(topic)
     if md is None or md.error is not None:
         raise KafkaException(f"topic {topic!r} does not exist")
@@ -51,13 +67,13 @@ def total_partitions(bootstrap: str, topics: list[str]) -> int:
 
 
 def list_topics(bootstrap: str, timeout: float = 10.0) -> list[str]:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(_conf(bootstrap))
     return sorted(t for t in admin.list_topics(timeout=timeout).topics if not t.startswith("__"))
 
 
 def watermarks(bootstrap: str, topic: str, timeout: float = 10.0) -> dict[int, tuple[int, int]]:
     """(first offset still in the log, next offset to be written), per partition."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "sluice-offsets", "enable.auto.commit": False})
+    consumer = _consumer(bootstrap)
     try:
         md = consumer.list_topics(topic, timeout=timeout)
         if topic not in md.topics or md.topics[topic].error is not None:
@@ -73,7 +89,7 @@ def watermarks(bootstrap: str, topic: str, timeout: float = 10.0) -> dict[int, t
 def offsets_for_time(bootstrap: str, topic: str, epoch_ms: int, timeout: float = 10.0) -> dict[int, int | None]:
     """Per partition, the first offset whose record timestamp is at or after ``epoch_ms``
     (None when every record is older)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "sluice-offsets", "enable.auto.commit": False})
+    consumer = _consumer(bootstrap)
     try:
         md = consumer.list_topics(topic, timeout=timeout)
         if topic not in md.topics or md.topics[topic].error is not None:
@@ -88,7 +104,7 @@ def offsets_for_time(bootstrap: str, topic: str, epoch_ms: int, timeout: float =
 def end_offsets(bootstrap: str, topic: str, timeout: float = 10.0) -> dict[int, int]:
     """The next offset to be written, per partition: Spark never commits offsets to Kafka,
     so lag is measured against these."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "sluice-offsets", "enable.auto.commit": False})
+    consumer = _consumer(bootstrap)
     try:
         md = consumer.list_topics(topic, timeout=timeout)
         if topic not in md.topics or md.topics[topic].error is not None:

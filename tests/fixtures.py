@@ -97,6 +97,7 @@ def make_pipeline(folder: Path, topic: str, schema: str = "device_signal/v1.json
         "event_time": {"field": "timestamp", "format": "epoch_seconds"},
         "sink": {"format": "delta", "path": str(folder / "tables" / name)},
         "checkpoint": str(folder / "checkpoints" / name),
+        "allow_external_paths": True,  # tests keep each test's tables in its own temporary folder
     }
     for key, value in fields.items():
         spec[key] = spec[key] | value if isinstance(value, dict) and key in spec else value

@@ -26,13 +26,13 @@ from typing import Any
 from airflow.sdk import DAG, Asset, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
 
-from sluice import config
 from sluice.airflow import tasks
 from sluice.airflow.forms import params, quality_params
 from sluice.airflow.target import submit_operator
 from sluice.ops.submit import maintenance_submission
 from sluice.records.validation import quality_home
-from sluice.spec import Pipeline, SpecError, load_pipeline
+from sluice.spec import Pipeline, SpecError
+from sluice.spec.pipeline import load_all
 
 START_DATE = datetime(2026, 1, 1)
 
@@ -189,11 +189,9 @@ def invalid_spec_dag(spec_file: Path, error: str) -> DAG:
 def build_dags() -> dict[str, DAG]:
     """Every spec in the pipelines folder as DAGs, keyed by DAG id."""
     dags: list[DAG] = []
-    for spec_file in sorted(config.pipelines_dir().glob("*.yaml")):
-        try:
-            pipeline = load_pipeline(spec_file)
-        except SpecError as exc:
-            dags.append(invalid_spec_dag(spec_file, str(exc)))
+    for spec_file, pipeline in load_all():  # a spec clashing with an earlier one is an error here
+        if isinstance(pipeline, SpecError):
+            dags.append(invalid_spec_dag(spec_file, str(pipeline)))
             continue
         dags.append(pipeline_dag(pipeline))
         if pipeline.spec.sink.format == "delta":

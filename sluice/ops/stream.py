@@ -20,8 +20,9 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 from confluent_kafka import KafkaException
@@ -243,13 +244,14 @@ def restart(
 EndOffsets = Callable[[Pipeline], dict[str, dict[int, int]]]
 
 
-def broker_end_offsets(pipeline: Pipeline) -> dict[str, dict[int, int]]:
-    """End offsets of the pipeline's topics (a topic pattern is matched against the broker's topics)."""
+def broker_end_offsets(pipeline: Pipeline, timeout: float = 3.0) -> dict[str, dict[int, int]]:
+    """End offsets of the pipeline's topics (a topic pattern is matched against the broker's
+    topics); a broker that does not answer within ``timeout`` raises KafkaException."""
     src = pipeline.spec.source
     topics = list(src.topics or [])
     if not topics and src.topic_pattern:
-        topics = [t for t in list_topics(src.bootstrap_servers) if re.fullmatch(src.topic_pattern, t)]
-    return {t: end_offsets(src.bootstrap_servers, t) for t in topics}
+        topics = [t for t in list_topics(src.bootstrap_servers, timeout) if re.fullmatch(src.topic_pattern, t)]
+    return {t: end_offsets(src.bootstrap_servers, t, timeout) for t in topics}
 
 
 @dataclass(frozen=True)
@@ -268,6 +270,18 @@ class StreamStatus:
     def healthy(self) -> bool:
         return self.verdict.action != "unhealthy"
 
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "pipeline": self.pipeline,
+            "healthy": self.healthy,
+            "verdict": asdict(self.verdict),
+            "observation": asdict(self.observation),
+            "last_committed_batch": self.committed.batch_id,
+            "driver": asdict(self.driver) if self.driver else None,
+            "status": asdict(self.status) if self.status else None,
+            "broker_error": self.broker_error,
+        }
+
 
 def status(pipeline: Pipeline, offsets: EndOffsets = broker_end_offsets, now: float | None = None) -> StreamStatus:
     """Observe the stream (without changing anything) and judge it."""
@@ -279,7 +293,8 @@ def status(pipeline: Pipeline, offsets: EndOffsets = broker_end_offsets, now: fl
     try:
         lag = committed.lag(offsets(pipeline))
     except KafkaException as exc:
-        broker_error = f"Kafka at {pipeline.spec.source.bootstrap_servers} did not answer ({exc.args[0]})"
+        why = exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else str(exc)
+        broker_error = f"Kafka at {pipeline.spec.source.bootstrap_servers} did not answer: {why}"
     obs = Observation(
         desired=driver.desired if driver else ("running" if proc is not None else None),
         alive=proc is not None,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import subprocess
+import sys
 from typing import Protocol
 
 from sluice.errors import JobFailed
@@ -52,6 +53,7 @@ class LocalTarget:
 
     def run(self, sub: Submission) -> None:
         command, env = self.launch_command(sub)
-        code = subprocess.call(command, env=os.environ | env)
+        # The job's log is diagnostics: it goes to stderr, so stdout carries only results (--json).
+        code = subprocess.call(command, env=os.environ | env, stdout=sys.stderr)
         if code:
             raise JobFailed(f"{sub.name} exited with {code} (its log is above)", code)

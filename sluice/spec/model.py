@@ -1,52 +1,72 @@
-"""Base types shared by the spec's sections: a strict, frozen model and durations."""
+"""Base types shared by the spec's sections: a strict, frozen model, durations and schedules."""
 
 from __future__ import annotations
 
 import re
 from typing import Annotated
 
+from croniter import croniter
 from pydantic import AfterValidator, BaseModel, ConfigDict
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(milliseconds?|ms|seconds?|s|minutes?|min|hours?|h|days?|d)")
+#: The one duration grammar: a number and a unit. Spark and the trigger forms only ever see
+#: the normalised form (:func:`normalize_duration`): a whole number of the largest exact unit.
+_DURATION = re.compile(
+    r"(\d+(?:\.\d+)?)\s*(milliseconds?|ms|seconds?|secs?|s|minutes?|mins?|hours?|hrs?|h|days?|d)", re.IGNORECASE
+)
+_UNITS_MS = (("day", 86_400_000), ("hour", 3_600_000), ("minute", 60_000), ("second", 1000), ("millisecond", 1))
+DURATION_HELP = "a number and a unit: '500 milliseconds', '30 seconds', '1.5 minutes', '2 hours', '1 day'"
+
+
+def _unit_ms(unit: str) -> int:
+    unit = unit.lower()
+    if unit == "ms" or unit.startswith("mil"):
+        return 1
+    if unit.startswith("s"):
+        return 1000
+    if unit.startswith("m"):
+        return 60_000
+    if unit.startswith("h"):
+        return 3_600_000
+    return 86_400_000
+
+
+def duration_ms(text: str) -> int:
+    """A duration in whole milliseconds; ValueError for anything but the grammar."""
+    m = _DURATION.fullmatch(text.strip()) if isinstance(text, str) else None
+    if m is None:
+        raise ValueError(f"{text!r} is not a duration: {DURATION_HELP}")
+    ms = float(m.group(1)) * _unit_ms(m.group(2))
+    if ms != int(ms):
+        raise ValueError(f"{text!r} is not a whole number of milliseconds")
+    return int(ms)
 
 
 def duration_seconds(text: str) -> float:
     """'10 seconds', '500 ms', '5 minutes', '1h', '2 days' as seconds."""
-    m = _DURATION.fullmatch(text.strip())
-    if m is None:
-        raise ValueError(f"{text!r} is not a duration such as '30 seconds', '500 milliseconds' or '5 minutes'")
-    unit = m.group(2)
-    if unit.startswith("mil") or unit == "ms":
-        factor = 0.001
-    elif unit.startswith("s"):
-        factor = 1.0
-    elif unit.startswith("m"):
-        factor = 60.0
-    elif unit.startswith("h"):
-        factor = 3600.0
-    else:
-        factor = 86400.0
-    return float(m.group(1)) * factor
+    return duration_ms(text) / 1000
 
 
-def _duration(v: str) -> str:
-    duration_seconds(v)
-    return v
+def normalize_duration(text: str) -> str:
+    """The form Spark and the forms read: '1h' -> '1 hour', '1.5 minutes' -> '90 seconds'."""
+    ms = duration_ms(text)
+    for unit, size in _UNITS_MS:
+        if ms % size == 0 and (ms or size == 1000):
+            n = ms // size
+            return f"{n} {unit}{'' if n == 1 else 's'}"
+    raise AssertionError("unreachable: every duration is a whole number of milliseconds")
 
 
-#: A string such as '10 seconds', checked when the spec loads.
-Duration = Annotated[str, AfterValidator(_duration)]
+#: A string such as '10 seconds', checked and normalised when the spec loads.
+Duration = Annotated[str, AfterValidator(normalize_duration)]
 
 
-#: Airflow's presets; anything else must look like a cron expression of 5 (or 6) fields.
+#: Airflow's presets; anything else must be a cron expression croniter accepts.
 SCHEDULE_PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
-_CRON_FIELD = re.compile(r"[0-9A-Za-z*/,?#-]+")
 
 
 def check_schedule(v: str) -> str:
     # Checked here, so a typo makes one spec invalid instead of failing the whole DAG file.
-    fields = v.split()
-    if v in SCHEDULE_PRESETS or (len(fields) in (5, 6) and all(_CRON_FIELD.fullmatch(f) for f in fields)):
+    if v in SCHEDULE_PRESETS or (len(v.split()) in (5, 6) and croniter.is_valid(v)):
         return v
     raise ValueError(f"{v!r} is not a cron expression such as '*/5 * * * *' or one of {', '.join(SCHEDULE_PRESETS)}")
 

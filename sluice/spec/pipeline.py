@@ -27,8 +27,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
+    AfterValidator,
     Field,
     PositiveInt,
     ValidationError,
@@ -38,7 +38,7 @@ from pydantic import (
 
 from sluice import config
 from sluice.errors import InvalidInput
-from sluice.spec import eventtime
+from sluice.spec import eventtime, files, sqlcheck
 from sluice.spec.continuous import MICRO_BATCH_HINT, ContinuousError, check_expression
 from sluice.spec.expectations import Expectations
 from sluice.spec.flatten import METADATA_COLUMNS, FlattenError, FlattenPlan, plan_flatten
@@ -49,11 +49,16 @@ __all__ = ["Duration", "Pipeline", "PipelineSpec", "SpecError", "duration_second
 
 
 class SpecError(InvalidInput):
-    """A spec that cannot run: which file, which field, and what was expected."""
+    """A spec that cannot run: which file, which field, and what was expected.
 
-    def __init__(self, file: str | Path, field: str, message: str) -> None:
+    ``problems`` holds every (field, message) found; the message names the first and counts
+    the rest, and ``sluice check`` lists them all."""
+
+    def __init__(self, file: str | Path, field: str, message: str, more: list[tuple[str, str]] | None = None) -> None:
         self.file, self.field, self.message = str(file), field, message
-        super().__init__(f"{file}: {field}: {message}" if field else f"{file}: {message}")
+        self.problems = [(field, message), *(more or [])]
+        extra = f" [+{len(self.problems) - 1} more: sluice check {file}]" if len(self.problems) > 1 else ""
+        super().__init__((f"{file}: {field}: {message}" if field else f"{file}: {message}") + extra)
 
 
 # Options the typed fields already cover: they must not be set twice.
@@ -84,11 +89,25 @@ _PASSTHROUGH_SOURCE_OPTIONS = {
 }
 
 
+def check_topic(name: str) -> str:
+    """Kafka's own rules for a topic name, checked here rather than by the broker later."""
+    if name in (".", ".."):
+        raise ValueError(f"{name!r} is not a topic name: Kafka refuses '.' and '..'")
+    if not 1 <= len(name) <= 249:
+        raise ValueError(f"a topic name has 1 to 249 characters (this one has {len(name)})")
+    if not re.fullmatch(r"[A-Za-z0-9._-]+", name):
+        raise ValueError(f"{name!r} is not a topic name: letters, digits, '.', '_' and '-' only")
+    return name
+
+
+Topic = Annotated[str, AfterValidator(check_topic)]
+
+
 class Source(StrictModel):
     """Where events come from: Kafka topics (a list or a pattern) and consumer options."""
 
     bootstrap_servers: str = Field(default_factory=config.bootstrap_servers, min_length=1)
-    topics: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]+$")]] | None = None
+    topics: list[Topic] | None = None
     topic_pattern: str | None = None
     starting_offsets: Literal["earliest", "latest"] | dict[str, dict[str, int]] = "earliest"
     max_offsets_per_trigger: PositiveInt | None = None
@@ -202,9 +221,6 @@ class Flatten(StrictModel):
     keep: list[str] = Field(default_factory=list)
 
 
-_TOPIC = r"^[A-Za-z0-9._-]+$"
-
-
 class Sink(StrictModel):
     """The output: a table (Delta, the default, or Parquet) partitioned by the date column,
     or, for continuous branches, a Kafka topic."""
@@ -214,8 +230,8 @@ class Sink(StrictModel):
     #: Where rejected records go, in the same format. Defaults to ``<path>_quarantine``.
     quarantine_path: str | None = None
     #: Kafka sinks: the topic for output records, and the one for rejected records.
-    topic: str | None = Field(default=None, pattern=_TOPIC)
-    quarantine_topic: str | None = Field(default=None, pattern=_TOPIC)
+    topic: Topic | None = None
+    quarantine_topic: Topic | None = None
     #: Kafka sinks: the brokers to write to [default: the source's].
     bootstrap_servers: str | None = None
 
@@ -314,6 +330,9 @@ class PipelineSpec(StrictModel):
     flatten: Flatten = Flatten()
     sink: Sink
     checkpoint: str = Field(min_length=1)
+    #: Tables and checkpoints live under $SLUICE_HOME unless this is true (then absolute paths
+    #: anywhere are allowed; URIs such as s3a://... always are).
+    allow_external_paths: bool = False
     trigger: Trigger = Trigger()
     supervision: Supervision = Supervision()
     maintenance: Maintenance = Maintenance()
@@ -529,13 +548,15 @@ def parse_pipeline(data: Any, spec_path: Path) -> Pipeline:
     try:
         spec = PipelineSpec.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        field = _field_path(err["loc"])
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] != "missing" and "input" in err and not isinstance(err["input"], dict):
-            msg += f" (got {err['input']!r})"
-        more = f" [+{len(exc.errors()) - 1} more]" if len(exc.errors()) > 1 else ""
-        raise SpecError(spec_path, field, msg + more) from None
+        problems = []
+        for err in exc.errors():
+            msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] != "missing" and "input" in err and not isinstance(err["input"], (dict, list)):
+                shown = repr(err["input"])
+                msg += f" (got {shown if len(shown) <= 80 else shown[:77] + '...'})"
+            problems.append((_field_path(err["loc"]), msg))
+        raise SpecError(spec_path, *problems[0], more=problems[1:]) from None
+    _check_paths(spec, spec_path)
 
     schema_file = _schema_file(spec_path, spec.schema_path)
     try:
@@ -553,6 +574,29 @@ def parse_pipeline(data: Any, spec_path: Path) -> Pipeline:
     return pipeline
 
 
+def _check_paths(spec: PipelineSpec, spec_path: Path) -> None:
+    """Tables and checkpoints stay under $SLUICE_HOME, unless the spec allows external paths."""
+    home = config.sluice_home()
+    paths = [("sink.path", spec.sink.path), ("sink.quarantine_path", spec.sink.quarantine_path)]
+    for field, path in [*paths, ("checkpoint", spec.checkpoint)]:
+        if path is None or "://" in path:
+            continue
+        resolved = Path(os.path.normpath(home / path))  # an absolute path replaces home
+        if resolved == home or home in resolved.parents:
+            continue
+        if Path(path).is_absolute():
+            if not spec.allow_external_paths:
+                raise SpecError(
+                    spec_path,
+                    field,
+                    f"{path!r} is outside SLUICE_HOME ({home}); set allow_external_paths: true to use it",
+                )
+            if resolved == Path(resolved.anchor):
+                raise SpecError(spec_path, field, f"{path!r} is the root of the filesystem")
+        else:
+            raise SpecError(spec_path, field, f"{path!r} leads outside SLUICE_HOME ({home})")
+
+
 def _check_expectations(p: Pipeline) -> None:
     e = p.spec.expectations
     if p.spec.mode == "continuous" and e.declared:
@@ -564,6 +608,9 @@ def _check_expectations(p: Pipeline) -> None:
         )
     by_name = {c.name: c for c in p.plan.columns}
     known = ", ".join(p.plan.names)
+    for name, rule in e.rows.items():
+        if rule.sql is not None and (wrong := sqlcheck.problem(rule.sql, p.plan.names)):
+            raise SpecError(p.spec_path, f"expectations.rows.{name}.sql", wrong)
     for name, column in [*e.row_columns().items(), *((n, r.unique) for n, r in e.table.items() if r.unique)]:
         where = f"expectations.{'rows' if name in e.rows else 'table'}.{name}"
         if column not in by_name:
@@ -581,6 +628,9 @@ def _check_continuous_columns(p: Pipeline) -> None:
     c = p.spec.continuous
     if c is None:
         return
+    for field, expr in [("continuous.filter", c.filter), *((f"continuous.rules.{k}", v) for k, v in c.rules.items())]:
+        if expr and (wrong := sqlcheck.problem(expr, p.plan.names)):
+            raise SpecError(p.spec_path, field, wrong)
     names = set(p.plan.names)
     for i, column in enumerate(c.columns):
         if column not in names:
@@ -610,28 +660,60 @@ def load_pipeline(name_or_path: str | Path) -> Pipeline:
     """Read, interpolate and validate a spec file; raise :class:`SpecError` if it cannot run."""
     path = find_spec(name_or_path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark else ""
-        raise SpecError(path, where, f"not valid YAML: {getattr(exc, 'problem', exc)}") from None
+        data = files.load_yaml(files.read_text(path, limit=files.MAX_SPEC_BYTES))
+    except files.FileProblem as exc:
+        raise SpecError(path, exc.where, str(exc)) from None
     return parse_pipeline(data, path)
+
+
+def spec_files() -> list[Path]:
+    return sorted(config.pipelines_dir().glob("*.yaml"))
+
+
+def load_all(paths: list[Path] | None = None) -> list[tuple[Path, Pipeline | SpecError]]:
+    """Every spec, loaded, in file order; a spec whose name, table or checkpoint an earlier
+    one already has becomes an error naming both files (two DAGs cannot share an id, and
+    two streams cannot share a table or a checkpoint)."""
+    out: list[tuple[Path, Pipeline | SpecError]] = []
+    owners: dict[tuple[str, str], Path] = {}
+    for path in spec_files() if paths is None else paths:
+        try:
+            p = load_pipeline(path)
+        except SpecError as exc:
+            out.append((path, exc))
+            continue
+        keys = [("name", p.name), ("checkpoint", p.checkpoint_path)]
+        if p.spec.sink.format != "kafka":
+            keys += [("table", p.sink_path), ("table", p.quarantine_path)]
+        clash = next(((what, value) for what, value in keys if (what, value) in owners), None)
+        if clash is not None:
+            what, value = clash
+            out.append(
+                (
+                    path,
+                    SpecError(
+                        path, "", f"the {what} {value!r} is already {owners[clash]}'s; give each pipeline its own"
+                    ),
+                )
+            )
+            continue
+        owners.update({k: path for k in keys})
+        out.append((path, p))
+    return out
 
 
 def all_pipelines() -> list[Pipeline]:
     """Every spec in the pipelines folder, validated (the first invalid one raises)."""
-    return [load_pipeline(p) for p in sorted(config.pipelines_dir().glob("*.yaml"))]
+    pipelines = []
+    for _, loaded in load_all():
+        if isinstance(loaded, SpecError):
+            raise loaded
+        pipelines.append(loaded)
+    return pipelines
 
 
 def valid_pipelines() -> tuple[list[Pipeline], list[SpecError]]:
-    """Every spec in the pipelines folder that validates, and the errors of those that do not
-    (or cannot be read): for commands that serve the good ones and report the rest."""
-    good, bad = [], []
-    for path in sorted(config.pipelines_dir().glob("*.yaml")):
-        try:
-            good.append(load_pipeline(path))
-        except SpecError as exc:
-            bad.append(exc)
-        except (OSError, UnicodeDecodeError) as exc:
-            bad.append(SpecError(path, "", f"cannot read it: {exc}"))
-    return good, bad
+    """Every spec in the pipelines folder that validates, and the errors of those that do not:
+    for commands that serve the good ones and report the rest."""
+    loaded = [x for _, x in load_all()]
+    return [p for p in loaded if isinstance(p, Pipeline)], [e for e in loaded if isinstance(e, SpecError)]

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sluice.spec import files
+
 
 class SchemaError(ValueError):
     """A schema file that cannot be read as a Spark schema."""
@@ -341,9 +343,9 @@ def load_schema(path: str | Path) -> Struct:
     """Read ``.json`` (Spark StructType JSON) or ``.ddl`` (Spark DDL) into a :class:`Struct`."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SchemaError(f"{p}: cannot read schema ({exc.strerror})") from exc
+        text = files.read_text(p, limit=files.MAX_SPEC_BYTES * 10)
+    except files.FileProblem as exc:
+        raise SchemaError(f"{p}: {exc.where + ': ' if exc.where else ''}{exc}") from None
     if p.suffix == ".ddl":
         return parse_ddl(text, str(p))
     if p.suffix == ".json":

@@ -103,14 +103,22 @@ def test_an_invalid_spec_shows_up_as_a_failing_tagged_dag(airflow, tmp_path) -> 
     (folder / "broken.yaml").write_text(
         good.replace("name: payments", "name: broken").replace("format: delta", "format: csv")
     )
+    (folder / "twin.yaml").write_text(good)  # the same name, table and checkpoint as payments.yaml
     bag = dagbag(airflow, SLUICE_PIPELINES=str(folder))
     assert bag["errors"] == {}
-    assert {"sluice_payments", "sluice_payments_maintenance", "sluice_payments_quality", "sluice_broken"} == set(
-        bag["dags"]
-    )
+    assert {
+        "sluice_payments",
+        "sluice_payments_maintenance",
+        "sluice_payments_quality",
+        "sluice_broken",
+        "sluice_twin",
+    } == set(bag["dags"])
     broken = bag["dags"]["sluice_broken"]
     assert "invalid-spec" in broken["tags"]
     assert "sink.format" in broken["description"] and "'parquet' or 'kafka'" in broken["doc"]
+    twin = bag["dags"]["sluice_twin"]  # refused, naming both files, instead of silently replacing a DAG
+    assert "invalid-spec" in twin["tags"] and str(folder / "payments.yaml") in twin["doc"]
+    assert str(folder / "twin.yaml") in twin["doc"]
 
 
 TARGET = """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -60,6 +61,29 @@ def test_check_validates_shipped_specs_and_reports_a_bad_one(tmp_path) -> None:
     assert result.returncode == 2
     assert f"{bad}: sink.format:" in " ".join(result.stderr.split())
 
+    # One bad spec among good ones: every spec is reported, and every problem of the bad one.
+    folder = tmp_path / "pipelines"
+    folder.mkdir()
+    for shipped_spec in ("device_signals", "payments"):
+        text = (ROOT / "pipelines" / f"{shipped_spec}.yaml").read_text()
+        (folder / f"{shipped_spec}.yaml").write_text(text)
+    spec["name"], spec["checkpoint"] = "Bad Name", ""
+    (folder / "bad.yaml").write_text(yaml.safe_dump(spec))
+    every = sluice("check", "--json", env={"SLUICE_PIPELINES": str(folder), "SLUICE_SCHEMAS": str(ROOT / "schemas")})
+    assert every.returncode == 2, every.stderr
+    report = json.loads(every.stdout)
+    assert [s["valid"] for s in report["specs"]] == [False, True, True] and report["invalid"] == 1
+    assert [p["field"] for p in report["specs"][0]["problems"]] == ["name", "sink.format", "checkpoint"]
+
+
+def test_status_without_a_broker_is_one_line_and_shows_the_local_state(tmp_path) -> None:
+    result = sluice(
+        "status", "device_signals", env={"SLUICE_KAFKA_BOOTSTRAP": "127.0.0.1:9", "SLUICE_HOME": str(tmp_path)}
+    )
+    assert result.returncode == 0, result.stderr
+    assert "never started here" in result.stdout and "Traceback" not in result.stdout + result.stderr
+    assert result.stderr.count("\n") == 1 and "did not answer" in result.stderr and "sluice kafka up" in result.stderr
+
 
 def test_produce_run_audit_and_sql_from_the_command_line(broker, tmp_path: Path) -> None:
     topic = new_topic(broker, partitions=2)
@@ -71,6 +95,7 @@ def test_produce_run_audit_and_sql_from_the_command_line(broker, tmp_path: Path)
         schema=str(ROOT / "schemas/device_signal/v1.json"),
         sink={"format": "delta", "path": str(tmp_path / "t")},
         checkpoint=str(tmp_path / "c"),
+        allow_external_paths=True,
     )
     spec["source"]["topics"] = [topic]
     (pipelines / "cli_signals.yaml").write_text(yaml.safe_dump(spec))

@@ -42,7 +42,12 @@ def test_version(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[
     ],
 )
 def test_errors_are_one_line_on_stderr_with_their_exit_code(
-    spec: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], args: list[str], code: int, words: str
+    spec: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    args: list[str],
+    code: int,
+    words: str,
 ) -> None:
     assert run(monkeypatch, *(a.format(spec=spec) for a in args)) == code
     out, err = capsys.readouterr()
@@ -62,3 +67,21 @@ def test_markup_in_user_text_is_printed_as_it_is(
 ) -> None:
     assert run(monkeypatch, "validate", spec, "--date", "[bold]x[/]") == 2
     assert "[bold]x[/]" in capsys.readouterr().err
+
+
+def test_help_text_is_not_read_as_markup(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("COLUMNS", "300")
+    assert run(monkeypatch, "validate", "--help") == 0
+    assert "[default: expectations.validation.partitions]" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_spec_value_that_looks_like_markup_is_shown_as_it_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("SLUICE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("COLUMNS", "300")
+    path = make_pipeline(tmp_path, "events").spec_path
+    path.write_text(path.read_text().replace("format: epoch_seconds", "format: '[/]'"))
+    assert run(monkeypatch, "check", str(path)) == 2
+    err = capsys.readouterr().err
+    assert "event_time.format: [/] needs" in err and "Traceback" not in err

@@ -58,6 +58,7 @@ def test_defaults_and_spark_options(tmp_path) -> None:
 def test_environment_interpolation(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("BROKERS", "kafka-1:9092,kafka-2:9092")
     text = GOOD.replace("localhost:9092", "${BROKERS}").replace("tables/signals", "'${TABLES:-/data}/signals'")
+    text += "allow_external_paths: true\n"
     p = load_pipeline(write(tmp_path, text))
     assert p.spec.source.bootstrap_servers == "kafka-1:9092,kafka-2:9092"
     assert p.sink_path == "/data/signals"
@@ -131,7 +132,7 @@ def test_flatten_collision_is_a_spec_error(tmp_path) -> None:
 
 
 def test_missing_schema_and_bad_yaml(tmp_path) -> None:
-    with pytest.raises(SpecError, match="schema: .*cannot read schema"):
+    with pytest.raises(SpecError, match="schema: .*nowhere.json: cannot read it"):
         load_pipeline(write(tmp_path, GOOD, schema="nowhere.json"))
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: [unclosed\n")
