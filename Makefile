@@ -13,21 +13,22 @@ JARS  := $(SLUICE_JARS)
 UV    := $(BIN)/uv
 MVN   := mvn -q -B
 
-.PHONY: setup demo airflow test lint types unit bench bench-latency bench-expectations bench-throughput profile-ingest clean distclean help
+.PHONY: setup demo airflow test lint types unit bench bench-latency bench-expectations bench-throughput bench-memory profile-ingest clean distclean help
 
 help:
 	@echo "make demo   set up, then run the device-signal and payment pipelines end to end"
 	@echo "make test   set up, then lint, type-check and run the whole test suite"
 	@echo "make airflow  set up, then start Airflow standalone on http://127.0.0.1:8080 (dags/ as DAG folder)"
 	@echo "make setup  install the Spark runtime (.venv), the Airflow side (.venv-airflow) and the JVM jars"
-	@echo "make bench  the three benchmarks below (benchmarks/results/)"
+	@echo "make bench  the benchmarks below (benchmarks/results/)"
 	@echo "make bench-latency       micro-batch vs continuous vs the broker alone (~12 min)"
 	@echo "make bench-expectations  ingest throughput with vs without the in-stream row rules (~6 min)"
 	@echo "make bench-throughput    Sluice vs plain Spark vs a hand-written consumer, fixed cost, scale"
+	@echo "make bench-memory        RSS of the embedded stack: Airflow, Kafka and one stream (~6 min)"
 	@echo "make profile-ingest      one sluice run under Java Flight Recorder and py-spy: top frames"
 	@echo "make clean  stop the broker and remove local state (tables, checkpoints, broker data)"
 
-setup: $(BIN)/.installed $(AIRFLOW_VENV)/bin/.installed $(JARS)/kafka/.installed $(JARS)/spark/.installed
+setup: $(BIN)/.installed $(AIRFLOW_VENV)/bin/.installed $(JARS)/kafka/.installed $(JARS)/spark/.installed $(JARS)/web/.installed
 
 # Java 17 and Maven come from the OS packages when missing (Debian/Ubuntu, as root).
 $(SLUICE_HOME)/.tools:
@@ -48,6 +49,12 @@ $(BIN)/.installed: requirements.txt pyproject.toml
 $(AIRFLOW_VENV)/bin/.installed: pyproject.toml | $(BIN)/.installed
 	@test -x $(AIRFLOW_VENV)/bin/python || $(PYTHON) -m venv $(AIRFLOW_VENV)
 	$(UV) pip install -q --python $(AIRFLOW_VENV)/bin/python -e '.[airflow]'
+	@touch $@
+
+# Great Expectations' Data Docs load their CSS and JavaScript from CDNs; the same files come
+# once from the npm registry, so the docs render on a machine without internet.
+$(JARS)/web/.installed: jobs/offline_docs.py | $(BIN)/.installed
+	$(BIN)/python -m jobs.offline_docs fetch $(JARS)/web
 	@touch $@
 
 $(JARS)/kafka/.installed: pom.xml | $(SLUICE_HOME)/.tools
@@ -77,7 +84,7 @@ test: lint types
 unit: setup
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
-bench: bench-latency bench-expectations bench-throughput
+bench: bench-latency bench-expectations bench-throughput bench-memory
 
 bench-latency: setup
 	$(BIN)/python benchmarks/latency.py
@@ -87,6 +94,9 @@ bench-expectations: setup
 
 bench-throughput: setup
 	$(BIN)/python benchmarks/throughput.py
+
+bench-memory: setup
+	$(BIN)/python benchmarks/memory.py
 
 profile-ingest: setup
 	$(BIN)/python benchmarks/profile_ingest.py

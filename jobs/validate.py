@@ -18,10 +18,12 @@ import sys
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from jobs import offline_docs
 from jobs.sinks import read_table, table_exists
 from sluice.records.validation import Outcome, Partition, Report, Selection, quality_home
 from sluice.spec import Pipeline, SpecError, load_pipeline
@@ -192,6 +194,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValidationError as exc:
         log.error("%s", exc)
         return 2
+    try:
+        pages = offline_docs.localize(Path(urlparse(report.docs).path).parent, offline_docs.assets_dir())
+        log.info("Data Docs: %d pages now load their CSS and JavaScript from the site itself", pages)
+    except OSError as exc:  # the report stands without them; the pages then need the internet
+        log.warning("Data Docs keep their CDN links: %s", exc)
     out = Path(args.report)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(report.model_dump_json(indent=2), encoding="utf-8")

@@ -27,7 +27,7 @@ from airflow.sdk import DAG, Asset, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from sluice.airflow import tasks
-from sluice.airflow.forms import params, quality_params
+from sluice.airflow.forms import SUPERVISE_FIRST, params, quality_params
 from sluice.airflow.target import submit_operator
 from sluice.ops.submit import maintenance_submission
 from sluice.records.validation import quality_home
@@ -58,8 +58,15 @@ def _doc(pipeline: Pipeline) -> str:
         f"| quarantine | `{pipeline.quarantine_path}` |\n| checkpoint | `{pipeline.checkpoint_path}` |\n"
         f"| supervision | every `{s.supervision.schedule}`; stalled after {s.supervision.max_stall}; "
         f"max lag {s.supervision.max_lag or 'unbounded'} |\n\n"
-        f"Trigger with a config to {actions}; scheduled runs **supervise**."
+        f"Trigger with a config to {actions}; scheduled runs **supervise**. {SUPERVISE_FIRST}"
     )
+
+
+def summary(pipeline: Pipeline, limit: int = 120) -> str:
+    """The DAG card's one line: the description's first sentence (the page shows it whole)."""
+    text = " ".join(pipeline.spec.description.split()) or f"Sluice pipeline {pipeline.name}"
+    first = text.split(". ")[0].rstrip(".") + "."
+    return first if len(first) <= limit else first[: limit - 1].rstrip() + "…"
 
 
 def pipeline_dag(pipeline: Pipeline) -> DAG:
@@ -69,7 +76,7 @@ def pipeline_dag(pipeline: Pipeline) -> DAG:
     default_args = {"owner": s.owner, "retries": 1, "retry_delay": timedelta(seconds=30)}
     with DAG(
         dag_id=f"sluice_{pipeline.name}",
-        description=(s.description.strip().splitlines() or [f"Sluice pipeline {pipeline.name}"])[0],
+        description=summary(pipeline),
         doc_md=_doc(pipeline),
         schedule=s.supervision.schedule,
         start_date=START_DATE,

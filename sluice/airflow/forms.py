@@ -10,7 +10,14 @@ from airflow.sdk import Param
 from sluice.spec import Pipeline
 
 ACTIONS = ["supervise", "start", "stop", "restart", "backfill"]
-DURATION_PATTERN = r"^\d+(\.\d+)?\s*(milliseconds?|ms|seconds?|s|minutes?|min|hours?|h)$"
+#: The spec's duration grammar (sluice.spec.model), as the form's JSON Schema pattern.
+DURATION_PATTERN = r"^\s*\d+(\.\d+)?\s*(milliseconds?|ms|seconds?|secs?|s|minutes?|mins?|hours?|hrs?|h|days?|d)\s*$"
+#: Scheduled runs and a plain trigger supervise; said on every form and DAG page, because
+#: unpausing a DAG lets its next scheduled run start the stream.
+SUPERVISE_FIRST = (
+    "Unpausing the DAG lets its next scheduled run (supervise) start the stream if it never ran "
+    "here, so a 'start' right after unpausing may find it running already and is then skipped."
+)
 
 
 def optional(kind: str, **schema: Any) -> Param:
@@ -38,7 +45,8 @@ def params(pipeline: Pipeline) -> dict[str, Param]:
             title="Action",
             description="supervise: start/restart if needed, fail if stalled. stop: after the current batch commits. "
             "backfill: re-read a range the stream has already committed into the same tables (records they "
-            "hold are skipped; later offsets are the stream's own and are refused), so no record lands twice.",
+            "hold are skipped; later offsets are the stream's own and are refused), so no record lands twice; "
+            "give offsets or times below, and a range that holds no record skips the run. " + SUPERVISE_FIRST,
         ),
         "trigger": Param(
             "spec",
@@ -51,12 +59,12 @@ def params(pipeline: Pipeline) -> dict[str, Param]:
             title="Trigger mode",
             description="For start and restart.",
         ),
-        "processing_time": Param(
-            default_interval,
-            type="string",
+        "processing_time": optional(
+            "string",
             pattern=DURATION_PATTERN,
             title="Micro-batch interval",
-            description="Used with trigger mode 'processing_time', e.g. '30 seconds'.",
+            description=f"Only with trigger mode 'processing_time' (empty: the spec's, {default_interval}). "
+            "A number and a unit: '500 ms', '30 seconds', '1.5 minutes', '1 hour'.",
         ),
         "from_offset": optional(
             "integer",
@@ -114,10 +122,11 @@ def quality_params(pipeline: Pipeline) -> dict[str, Param]:
     }
 
 
-def launch_options(params: dict[str, Any]) -> dict[str, Any]:
+def launch_options(pipeline: Pipeline, params: dict[str, Any]) -> dict[str, Any]:
     """The form's trigger mode as :func:`sluice.ops.stream.start`'s keyword arguments."""
     trigger = params.get("trigger", "spec")
+    interval = params.get("processing_time") or pipeline.spec.trigger.processing_time or "10 seconds"
     return {
         "available_now": trigger == "available_now",
-        "processing_time": params.get("processing_time") if trigger == "processing_time" else None,
+        "processing_time": interval if trigger == "processing_time" else None,
     }

@@ -44,9 +44,16 @@ def _who() -> str:
     return f"airflow {ctx['dag'].dag_id} {ctx['run_id']}"
 
 
+def log_driver_lines(text: str) -> None:
+    """The driver's own log in the task log, at its own level: Spark's WARN lines as warnings."""
+    for line in text.splitlines():
+        level = logging.ERROR if " ERROR " in line else logging.WARNING if " WARN " in line else logging.INFO
+        log.log(level, "driver | %s", line)
+
+
 def _log_started(started: Started, master: str) -> None:
     log.info("launched %s on %s: %s", started.driver.pipeline, master, started.summary())
-    log.info("driver log, last lines:\n%s", started.log_tail())
+    log_driver_lines(started.log_tail())
 
 
 def control(spec_path: str) -> None:
@@ -62,13 +69,13 @@ def control(spec_path: str) -> None:
         if action == "stop":
             log.info("%s", stream.stop(pipeline, by=by))
         elif action == "start":
-            _log_started(stream.start(pipeline, target, by=by, **launch_options(params)), target.master)
+            _log_started(stream.start(pipeline, target, by=by, **launch_options(pipeline, params)), target.master)
         elif action == "restart":
-            restarted = stream.restart(pipeline, target, by=by, **launch_options(params))
+            restarted = stream.restart(pipeline, target, by=by, **launch_options(pipeline, params))
             log.info("%s", restarted.stopped or f"{pipeline.name} was not running")
             _log_started(restarted.started, target.master)
         else:
-            done = stream.supervise(pipeline, target, by=by, **launch_options(params))
+            done = stream.supervise(pipeline, target, by=by, **launch_options(pipeline, params))
             log.info("%s: %s (observed: %s)", pipeline.name, done.status.verdict.reason, done.status.observation)
             if done.started:
                 _log_started(done.started, target.master)

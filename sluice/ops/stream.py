@@ -28,7 +28,7 @@ import psutil
 from confluent_kafka import KafkaException
 
 from sluice import config
-from sluice.errors import AlreadyRunning, StartFailed, StreamUnhealthy
+from sluice.errors import AlreadyRunning, InvalidInput, StartFailed, StreamUnhealthy
 from sluice.ops.health import Observation, Verdict, assess
 from sluice.ops.submit import ingest_submission
 from sluice.ops.target import SparkTarget
@@ -36,6 +36,7 @@ from sluice.records import locks
 from sluice.records.checkpoint import Committed, read_committed
 from sluice.records.run import Desired, Driver, Status
 from sluice.spec import Pipeline, duration_seconds
+from sluice.spec.model import normalize_duration
 from sluice.topics import end_offsets, list_topics, total_partitions
 
 #: The job's file name: a process whose command line names it is a Sluice driver.
@@ -172,6 +173,11 @@ def start(
         raise AlreadyRunning(
             f"{pipeline.name} is already running; restart it to apply new settings (`sluice status {pipeline.name}`)"
         )
+    if processing_time is not None:
+        try:
+            processing_time = normalize_duration(processing_time)  # '1h' reaches Spark as '1 hour'
+        except ValueError as exc:
+            raise InvalidInput(f"processing time: {exc}") from None
     continuous = pipeline.spec.mode == "continuous"
     # Run-once when asked, or when the spec says so and no interval overrides it.
     once = not continuous and (available_now or (processing_time is None and pipeline.spec.trigger.available_now))

@@ -70,6 +70,14 @@ def test_start_backfill_kill_supervise_stall_stop(airflow, broker, spark, tmp_pa
     run = airflow.dags_test(dag, {"action": "backfill", "from_offset": 0})
     assert run.state == "success", run.log[-4000:]
     assert "backfill offsets-" in run.log
+    backfills = sorted(Path(pipeline.checkpoint_path + "_backfills").iterdir())
+    # A backfill without a range fails at once with the reason; one that holds no record skips
+    # its Spark job and publishes nothing.
+    run = airflow.dags_test(dag, {"action": "backfill"})
+    assert run.state == "failed" and "none was given" in run.log, run.log[-4000:]
+    run = airflow.dags_test(dag, {"action": "backfill", "from_offset": 10**9})
+    assert run.state == "success" and "nothing to backfill" in run.log, run.log[-4000:]
+    assert sorted(Path(pipeline.checkpoint_path + "_backfills").iterdir()) == backfills
     table = read_table(spark, "delta", pipeline.sink_path)
     assert table.count() == 320
     assert table.select("_kafka_partition", "_kafka_offset").distinct().count() == 320

@@ -4,6 +4,7 @@ both, with the failed expectations and the Data Docs named; warnings are reporte
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -48,6 +49,12 @@ def test_a_critical_violation_fails_the_quality_dag_and_sluice_validate(airflow,
     assert f"warning known_firmware on {day} (expect_column_values_to_be_in_set): 3 of 42 rows failed" in run.log
     docs = Path(run.log.split("Data Docs: file://")[1].split()[0])
     assert docs.name == "index.html" and docs.is_file()
+    # The Data Docs render offline: no page loads anything from a CDN, and what they load is there.
+    for page in docs.parent.rglob("*.html"):
+        html = page.read_text()
+        assert not re.search(r'<(script|img)[^>]+src="https?://|<link[^>]+href="https?://', html), page
+        for link in re.findall(r'(?:src|href)="([^"#?]+\.(?:js|css))"', html):
+            assert (page.parent / link).is_file(), (page, link)
     assert "Traceback" not in run.log.split("validation FAILED")[1], "a critical failure is a verdict, not a crash"
 
     # The same verdict from the command line, for a chosen date: exit 1 and the table.

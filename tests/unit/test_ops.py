@@ -49,7 +49,9 @@ def pipeline(home: Path) -> Pipeline:
 
 def test_start_status_stop_and_a_second_start(home: Path, pipeline: Pipeline) -> None:
     target = FakeTarget(home)
-    started = stream.start(pipeline, target, by="test", processing_time="5 seconds")
+    with pytest.raises(InvalidInput, match="processing time"):
+        stream.start(pipeline, target, by="test", processing_time="soon")
+    started = stream.start(pipeline, target, by="test", processing_time="5s")
     assert started.status.state == "running" and started.driver.desired == "running"
     assert started.driver.launched_by == "test" and "fake driver run" in started.log_tail()
     assert target.launched[0].application_args == ["--spec", str(pipeline.spec_path), "--processing-time", "5 seconds"]

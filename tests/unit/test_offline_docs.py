@@ -1,0 +1,32 @@
+"""The Data Docs' CDN links become links to the site's own copies (no network here: the
+assets are stand-in files laid out as `make setup` lays out the real ones)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from jobs.offline_docs import ASSETS, VENDOR, local_path, localize
+
+
+def test_every_cdn_link_points_at_a_copy_inside_the_site(tmp_path: Path) -> None:
+    assets = tmp_path / "assets"
+    for pkg, ver, file in ASSETS.values():
+        (assets / local_path(pkg, ver, file)).parent.mkdir(parents=True, exist_ok=True)
+        (assets / local_path(pkg, ver, file)).write_text(f"/* {pkg} {file} */")
+    site = tmp_path / "site"
+    (site / "validations" / "x").mkdir(parents=True)
+    head = "".join(f'<script src="{url}"></script>' for url in ASSETS)
+    (site / "index.html").write_text(f"<html><head>{head}</head></html>")
+    (site / "validations" / "x" / "run.html").write_text(f"<html>{head}<a href='https://example.org'>x</a></html>")
+    (site / "plain.html").write_text("<html>nothing to change</html>")
+
+    assert localize(site, assets) == 2
+    for page in (site / "index.html", site / "validations" / "x" / "run.html"):
+        text = page.read_text()
+        assert not any(url in text for url in ASSETS)
+        for url, (pkg, ver, file) in ASSETS.items():
+            link = text.split('<script src="')[list(ASSETS).index(url) + 1].split('"')[0]
+            assert not link.startswith("http") and VENDOR in link
+            assert (page.parent / link).resolve() == (site / VENDOR / local_path(pkg, ver, file)).resolve()
+            assert (page.parent / link).read_text() == f"/* {pkg} {file} */"
+    assert "https://example.org" in (site / "validations" / "x" / "run.html").read_text()  # other links stay
