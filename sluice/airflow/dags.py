@@ -27,7 +27,7 @@ from airflow.sdk import DAG, Asset, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from sluice.airflow import tasks
-from sluice.airflow.forms import SUPERVISE_FIRST, params, quality_params
+from sluice.airflow.forms import ACTIONS, SUPERVISE_FIRST, params, quality_params
 from sluice.airflow.target import submit_operator
 from sluice.ops.submit import maintenance_submission
 from sluice.records.validation import quality_home
@@ -92,27 +92,39 @@ def pipeline_dag(pipeline: Pipeline) -> DAG:
 
         @task.branch(task_id="route")
         def route() -> str:
-            return "plan_backfill" if get_current_context()["params"]["action"] == "backfill" else "control"
+            """The run's action names the task that runs, so the grid shows what each run did."""
+            action = get_current_context()["params"]["action"]
+            return "plan_backfill" if action == "backfill" else str(action)
 
-        @task(task_id="control")
-        def control() -> None:
-            tasks.control(spec_path)
+        def stream_task(action: str) -> Any:
+            @task(task_id=action)
+            def act() -> None:
+                tasks.control(spec_path, action)
 
-        @task(task_id="plan_backfill")
-        def plan_backfill() -> str:
-            return tasks.plan_backfill(spec_path)
+            return act()
 
-        @task(task_id="backfill")
-        def backfill(plan: str) -> None:
-            tasks.run_backfill(spec_path, plan)
+        done = [stream_task(action) for action in ACTIONS if action != "backfill"]
+        branches = list(done)
+        if s.mode != "continuous":
+
+            @task(task_id="plan_backfill")
+            def plan_backfill() -> str:
+                return tasks.plan_backfill(spec_path)
+
+            @task(task_id="backfill")
+            def backfill(plan: str) -> None:
+                tasks.run_backfill(spec_path, plan)
+
+            planned = plan_backfill()
+            branches.append(planned)
+            done.append(backfill(planned))
 
         @task(task_id="publish", outlets=[asset], trigger_rule="none_failed_min_one_success")
         def publish() -> dict[str, int]:
             return tasks.publish(spec_path, asset)
 
-        controlled, planned = control(), plan_backfill()
-        route() >> [controlled, planned]
-        [controlled, backfill(planned)] >> publish()
+        route() >> branches
+        done >> publish()
     return dag
 
 

@@ -56,14 +56,14 @@ def _log_started(started: Started, master: str) -> None:
     log_driver_lines(started.log_tail())
 
 
-def control(spec_path: str) -> None:
+def control(spec_path: str, action: str) -> None:
     """supervise, start, stop or restart, as the form (or the schedule: supervise) asks."""
     from sluice.airflow.forms import launch_options
     from sluice.airflow.target import AirflowTarget
     from sluice.ops import stream
 
     params: dict[str, Any] = get_current_context()["params"]
-    action, by = params["action"], _who()
+    by = _who()
     with as_task_state():
         pipeline, target = load_pipeline(spec_path), AirflowTarget()
         if action == "stop":

@@ -110,7 +110,7 @@ def test_trigger_through_the_rest_api(airflow, broker, spark, tmp_path) -> None:
         )
         assert state == "success", log.read_text()[-4000:]
         tasks = {t["task_id"]: t["state"] for t in api.call("GET", f"{run_path}/taskInstances")[1]["task_instances"]}
-        assert tasks["control"] == "success" and tasks["plan_backfill"] == "skipped" and tasks["backfill"] == "skipped"
+        assert tasks["start"] == "success" and tasks["supervise"] == tasks["stop"] == tasks["backfill"] == "skipped"
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
