@@ -4,7 +4,6 @@ touches the user's tables or broker, and the project on ``sys.path``."""
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -15,10 +14,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from sluice.dev.ports import free_port  # noqa: E402 - needs ROOT on sys.path first
 
 
 def isolated_home(prefix: str) -> Path:

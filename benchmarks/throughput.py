@@ -198,7 +198,7 @@ def python_delta(args: argparse.Namespace) -> dict[str, Any]:
             for m in consumer.consume(min(10_000, args.append_rows - len(events)), timeout=1.0):
                 if m.error():
                     raise SystemExit(f"consumer: {m.error()}")
-                events.append(json.loads(m.value()))
+                events.append(json.loads(m.value() or b"null"))
         device = [e["device"] for e in events]
         location = [d.get("location") or {} for d in device]
         ts = pa.array([e["timestamp"] for e in events], pa.int64())

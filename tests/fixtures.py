@@ -10,7 +10,6 @@ import dataclasses
 import json
 import os
 import re
-import socket
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -23,16 +22,11 @@ import yaml
 
 from sluice import config
 from sluice.dev.broker import EmbeddedBroker
+from sluice.dev.ports import free_port
 from sluice.spec import Pipeline, load_pipeline
 from sluice.topics import create_topics
 
 JARS = Path(os.environ.get("SLUICE_JARS") or config.PROJECT_ROOT / ".sluice" / "jars")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="session")

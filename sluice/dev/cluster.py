@@ -10,25 +10,19 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
 from pathlib import Path
 
+from sluice.dev.ports import free_port
 from sluice.ops.submit import spark_home
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class StandaloneCluster:
     def __init__(self, logs: Path, workers: int = 1, cores: int = 2, memory: str = "2g") -> None:
         self.logs, self.workers, self.cores, self.memory = logs, workers, cores, memory
-        self.port, self.ui = _free_port(), _free_port()
+        self.port, self.ui = free_port(), free_port()
         self.url = f"spark://127.0.0.1:{self.port}"
         self._procs: list[subprocess.Popen[bytes]] = []
 
@@ -38,7 +32,7 @@ class StandaloneCluster:
         master = ["--host", "127.0.0.1", "--port", str(self.port), "--webui-port", str(self.ui)]
         self._spawn("master", ["org.apache.spark.deploy.master.Master", *master])
         for n in range(self.workers):
-            worker = ["--cores", str(self.cores), "--memory", self.memory, "--webui-port", str(_free_port())]
+            worker = ["--cores", str(self.cores), "--memory", self.memory, "--webui-port", str(free_port())]
             self._spawn(f"worker-{n}", ["org.apache.spark.deploy.worker.Worker", *worker, self.url])
         deadline = time.monotonic() + timeout
         while self.alive_workers() < self.workers:

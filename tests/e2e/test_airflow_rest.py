@@ -16,8 +16,9 @@ import pytest
 
 from jobs.sinks import read_table
 from sluice.dev.generate import EventGenerator
+from sluice.dev.ports import free_port
 from sluice.dev.produce import send, synthetic
-from tests.fixtures import free_port, make_pipeline, new_topic
+from tests.fixtures import make_pipeline, new_topic
 
 pytestmark = pytest.mark.e2e
 
