@@ -31,8 +31,7 @@ from sluice.airflow.forms import ACTIONS, SUPERVISE_FIRST, params, quality_param
 from sluice.airflow.target import submit_operator
 from sluice.ops.submit import maintenance_submission
 from sluice.records.validation import quality_home
-from sluice.spec import Pipeline, SpecError
-from sluice.spec.pipeline import load_all
+from sluice.spec import Pipeline, SpecError, load_all
 
 START_DATE = datetime(2026, 1, 1)
 

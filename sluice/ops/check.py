@@ -6,8 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from sluice.spec import Pipeline, SpecError, compatibility
-from sluice.spec.pipeline import load_all
+from sluice.spec import Pipeline, SpecError, compatibility, load_all
 
 Tables = Literal["match", "mismatch", "not local", "unreadable", "none yet", "kafka"]
 

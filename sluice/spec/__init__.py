@@ -4,18 +4,9 @@ The Airflow side (``sluice.airflow``) and the Spark side (``jobs/``) import the 
 :class:`Pipeline`; nothing here imports pyspark or Airflow.
 """
 
+from sluice.spec.loader import all_pipelines, load_all, load_pipeline, parse_pipeline, valid_pipelines
 from sluice.spec.model import duration_seconds
-from sluice.spec.pipeline import (
-    Continuous,
-    Pipeline,
-    PipelineSpec,
-    SpecError,
-    Trigger,
-    all_pipelines,
-    load_pipeline,
-    parse_pipeline,
-    valid_pipelines,
-)
+from sluice.spec.pipeline import Continuous, Pipeline, PipelineSpec, SpecError, Trigger
 
 __all__ = [
     "Continuous",
@@ -25,6 +16,7 @@ __all__ = [
     "Trigger",
     "all_pipelines",
     "duration_seconds",
+    "load_all",
     "load_pipeline",
     "parse_pipeline",
     "valid_pipelines",

@@ -1,8 +1,8 @@
-"""The pipeline spec: one YAML file per pipeline, validated before anything starts.
+"""The pipeline spec's model: each section, what it accepts, and the validated Pipeline.
 
-This is the contract between the Airflow side (``dags/``) and the Spark side (``jobs/``):
-both call :func:`load_pipeline`. It is pure Python (pydantic, no pyspark), so a bad spec
-fails in milliseconds with the file, the field and what was expected.
+This is the contract between the Airflow side (``sluice/airflow``) and the Spark side
+(``jobs/``); :mod:`sluice.spec.loader` reads spec files into it. It is pure Python (pydantic,
+no pyspark), so a bad spec fails in milliseconds with the file, the field and what was expected.
 
 Example::
 
@@ -10,16 +10,12 @@ Example::
     pipeline.spec.sink.format          # 'delta'
     pipeline.plan.names                # ['timestamp', 'device_id', ...]
 
-String values may use ``${NAME}`` or ``${NAME:-default}``; besides the environment,
-``SLUICE_HOME`` and ``SLUICE_KAFKA_BOOTSTRAP`` are always defined. Relative sink and
-checkpoint paths are taken under ``SLUICE_HOME``; a relative schema path is taken from
-the spec's folder first, then from ``schemas/``.
+Relative sink and checkpoint paths are taken under ``SLUICE_HOME``.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -31,21 +27,18 @@ from pydantic import (
     AfterValidator,
     Field,
     PositiveInt,
-    ValidationError,
     field_validator,
     model_validator,
 )
 
 from sluice import config
 from sluice.errors import InvalidInput
-from sluice.spec import eventtime, files, sqlcheck
+from sluice.spec import eventtime
 from sluice.spec.continuous import MICRO_BATCH_HINT, ContinuousError, check_expression
 from sluice.spec.expectations import Expectations
-from sluice.spec.flatten import METADATA_COLUMNS, FlattenError, FlattenPlan, plan_flatten
-from sluice.spec.model import Duration, Schedule, StrictModel, duration_seconds
-from sluice.spec.schema import Array, SchemaError, Struct, load_schema
-
-__all__ = ["Duration", "Pipeline", "PipelineSpec", "SpecError", "duration_seconds", "load_pipeline"]
+from sluice.spec.flatten import METADATA_COLUMNS, FlattenPlan, plan_flatten
+from sluice.spec.model import Duration, Schedule, StrictModel
+from sluice.spec.schema import Struct
 
 
 class SpecError(InvalidInput):
@@ -486,234 +479,3 @@ def _under_home(path: str) -> str:
     if "://" in path or path.startswith("/"):
         return path
     return str(config.sluice_home() / path)
-
-
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-
-
-def _interpolate(node: Any, file: Path, where: str = "") -> Any:
-    if isinstance(node, dict):
-        return {k: _interpolate(v, file, f"{where}.{k}" if where else str(k)) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_interpolate(v, file, f"{where}[{i}]") for i, v in enumerate(node)]
-    if not isinstance(node, str):
-        return node
-    env = config.interpolation_env() | dict(os.environ)
-
-    def sub(m: re.Match[str]) -> str:
-        name, default = m.group(1), m.group(2)
-        if name in env:
-            return env[name]
-        if default is not None:
-            return default
-        raise SpecError(file, where, f"${{{name}}} is not set (set it, or write ${{{name}:-default}})")
-
-    return _VAR.sub(sub, node)
-
-
-def find_spec(name_or_path: str | Path) -> Path:
-    """A spec by path, or by pipeline name in the pipelines folder."""
-    p = Path(name_or_path)
-    if p.is_file():
-        return p.resolve()
-    candidate = config.pipelines_dir() / f"{name_or_path}.yaml"
-    if candidate.is_file():
-        return candidate.resolve()
-    known = sorted(s.stem for s in config.pipelines_dir().glob("*.yaml"))
-    raise SpecError(p, "", f"no such spec file, nor a pipeline of that name (known: {', '.join(known) or 'none'})")
-
-
-def _schema_file(spec_path: Path, schema: str) -> Path:
-    p = Path(schema)
-    if p.is_absolute():
-        return p
-    for base in (spec_path.parent, config.schemas_dir(), config.schemas_dir().parent):
-        if (base / p).is_file():
-            return (base / p).resolve()
-    return (spec_path.parent / p).resolve()
-
-
-def _field_path(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out.replace("schema_path", "schema")
-
-
-def parse_pipeline(data: Any, spec_path: Path) -> Pipeline:
-    """Validate an already-read spec mapping (from YAML, or a DAG run's parameters)."""
-    if not isinstance(data, dict):
-        raise SpecError(spec_path, "", "a spec is a YAML mapping (name:, source:, schema:, ...)")
-    data = _interpolate(data, spec_path)
-    try:
-        spec = PipelineSpec.model_validate(data)
-    except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            msg = err["msg"].removeprefix("Value error, ")
-            if err["type"] != "missing" and "input" in err and not isinstance(err["input"], (dict, list)):
-                shown = repr(err["input"])
-                msg += f" (got {shown if len(shown) <= 80 else shown[:77] + '...'})"
-            problems.append((_field_path(err["loc"]), msg))
-        raise SpecError(spec_path, *problems[0], more=problems[1:]) from None
-    _check_paths(spec, spec_path)
-
-    schema_file = _schema_file(spec_path, spec.schema_path)
-    try:
-        schema = load_schema(schema_file)
-    except SchemaError as exc:
-        raise SpecError(spec_path, "schema", str(exc)) from None
-    pipeline = Pipeline(spec, spec_path, schema_file, schema)
-    _check_event_time(pipeline)
-    try:
-        _ = pipeline.plan
-    except FlattenError as exc:
-        raise SpecError(spec_path, exc.field, str(exc)) from None
-    _check_continuous_columns(pipeline)
-    _check_expectations(pipeline)
-    return pipeline
-
-
-def _check_paths(spec: PipelineSpec, spec_path: Path) -> None:
-    """Tables and checkpoints stay under $SLUICE_HOME, unless the spec allows external paths."""
-    home = config.sluice_home()
-    paths = [("sink.path", spec.sink.path), ("sink.quarantine_path", spec.sink.quarantine_path)]
-    for field, path in [*paths, ("checkpoint", spec.checkpoint)]:
-        if path is None or "://" in path:
-            continue
-        resolved = Path(os.path.normpath(home / path))  # an absolute path replaces home
-        if resolved == home or home in resolved.parents:
-            continue
-        if Path(path).is_absolute():
-            if not spec.allow_external_paths:
-                raise SpecError(
-                    spec_path,
-                    field,
-                    f"{path!r} is outside SLUICE_HOME ({home}); set allow_external_paths: true to use it",
-                )
-            if resolved == Path(resolved.anchor):
-                raise SpecError(spec_path, field, f"{path!r} is the root of the filesystem")
-        else:
-            raise SpecError(spec_path, field, f"{path!r} leads outside SLUICE_HOME ({home})")
-
-
-def _check_expectations(p: Pipeline) -> None:
-    e = p.spec.expectations
-    if p.spec.mode == "continuous" and e.declared:
-        raise SpecError(
-            p.spec_path,
-            "expectations",
-            "a continuous branch writes no table; flag records with continuous.rules, and declare "
-            "expectations on the pipeline that lands the verdicts",
-        )
-    by_name = {c.name: c for c in p.plan.columns}
-    known = ", ".join(p.plan.names)
-    for name, rule in e.rows.items():
-        if rule.sql is not None and (wrong := sqlcheck.problem(rule.sql, p.plan.names)):
-            raise SpecError(p.spec_path, f"expectations.rows.{name}.sql", wrong)
-    for name, column in [*e.row_columns().items(), *((n, r.unique) for n, r in e.table.items() if r.unique)]:
-        where = f"expectations.{'rows' if name in e.rows else 'table'}.{name}"
-        if column not in by_name:
-            raise SpecError(p.spec_path, where, f"no column {column!r} (columns: {known})")
-        if name in e.rows and "[]" in by_name[column].source:
-            raise SpecError(
-                p.spec_path,
-                where,
-                f"{column!r} comes from an exploded array; row rules check whole records, so use "
-                "a column outside the array",
-            )
-
-
-def _check_continuous_columns(p: Pipeline) -> None:
-    c = p.spec.continuous
-    if c is None:
-        return
-    for field, expr in [("continuous.filter", c.filter), *((f"continuous.rules.{k}", v) for k, v in c.rules.items())]:
-        if expr and (wrong := sqlcheck.problem(expr, p.plan.names)):
-            raise SpecError(p.spec_path, field, wrong)
-    names = set(p.plan.names)
-    for i, column in enumerate(c.columns):
-        if column not in names:
-            raise SpecError(
-                p.spec_path, f"continuous.columns[{i}]", f"no column {column!r} (columns: {', '.join(p.plan.names)})"
-            )
-    if c.key and c.key not in names:
-        raise SpecError(p.spec_path, "continuous.key", f"no column {c.key!r} (columns: {', '.join(p.plan.names)})")
-
-
-def _check_event_time(p: Pipeline) -> None:
-    et = p.spec.event_time
-    target = p.schema.find(et.field)
-    if target is None:
-        raise SpecError(
-            p.spec_path, "event_time.field", f"no field {et.field!r} in {p.schema_file.name} (outside arrays)"
-        )
-    if isinstance(target.type, (Struct, Array)):
-        raise SpecError(p.spec_path, "event_time.field", f"{et.field!r} is a {target.type.sql()}, not a time value")
-    try:
-        eventtime.check_type(et.format, target.type)
-    except ValueError as exc:
-        raise SpecError(p.spec_path, "event_time.format", str(exc)) from None
-
-
-def load_pipeline(name_or_path: str | Path) -> Pipeline:
-    """Read, interpolate and validate a spec file; raise :class:`SpecError` if it cannot run."""
-    path = find_spec(name_or_path)
-    try:
-        data = files.load_yaml(files.read_text(path, limit=files.MAX_SPEC_BYTES))
-    except files.FileProblem as exc:
-        raise SpecError(path, exc.where, str(exc)) from None
-    return parse_pipeline(data, path)
-
-
-def spec_files() -> list[Path]:
-    return sorted(config.pipelines_dir().glob("*.yaml"))
-
-
-def load_all(paths: list[Path] | None = None) -> list[tuple[Path, Pipeline | SpecError]]:
-    """Every spec, loaded, in file order; a spec whose name, table or checkpoint an earlier
-    one already has becomes an error naming both files (two DAGs cannot share an id, and
-    two streams cannot share a table or a checkpoint)."""
-    out: list[tuple[Path, Pipeline | SpecError]] = []
-    owners: dict[tuple[str, str], Path] = {}
-    for path in spec_files() if paths is None else paths:
-        try:
-            p = load_pipeline(path)
-        except SpecError as exc:
-            out.append((path, exc))
-            continue
-        keys = [("name", p.name), ("checkpoint", p.checkpoint_path)]
-        if p.spec.sink.format != "kafka":
-            keys += [("table", p.sink_path), ("table", p.quarantine_path)]
-        clash = next(((what, value) for what, value in keys if (what, value) in owners), None)
-        if clash is not None:
-            what, value = clash
-            out.append(
-                (
-                    path,
-                    SpecError(
-                        path, "", f"the {what} {value!r} is already {owners[clash]}'s; give each pipeline its own"
-                    ),
-                )
-            )
-            continue
-        owners.update({k: path for k in keys})
-        out.append((path, p))
-    return out
-
-
-def all_pipelines() -> list[Pipeline]:
-    """Every spec in the pipelines folder, validated (the first invalid one raises)."""
-    pipelines = []
-    for _, loaded in load_all():
-        if isinstance(loaded, SpecError):
-            raise loaded
-        pipelines.append(loaded)
-    return pipelines
-
-
-def valid_pipelines() -> tuple[list[Pipeline], list[SpecError]]:
-    """Every spec in the pipelines folder that validates, and the errors of those that do not:
-    for commands that serve the good ones and report the rest."""
-    loaded = [x for _, x in load_all()]
-    return [p for p in loaded if isinstance(p, Pipeline)], [e for e in loaded if isinstance(e, SpecError)]

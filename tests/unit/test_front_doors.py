@@ -12,9 +12,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sluice.spec import SpecError, load_pipeline
+from sluice.spec import SpecError, all_pipelines, load_all, load_pipeline, valid_pipelines
 from sluice.spec.model import normalize_duration
-from sluice.spec.pipeline import all_pipelines, load_all, valid_pipelines
 
 SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "device_signal" / "v1.json"
 
