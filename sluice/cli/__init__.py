@@ -1,0 +1,89 @@
+"""The ``sluice`` command: the embedded broker, topics, producers, streams, checks and SQL.
+
+Each command translates its arguments into a call of :mod:`sluice.ops` (or the embedded
+broker's), and Sluice's errors into one line on stderr and an exit code (:func:`main`).
+Every command has ``--help``. Commands that need Spark (``sql``, ``demo``) import it
+only when they run, so the rest start instantly.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+import sluice
+from sluice.airflow.env import airflow_binary, airflow_env
+from sluice.cli import broker, quality, stream, tables
+from sluice.cli.output import console, error, fail, say
+from sluice.errors import NothingToDo, SluiceError
+
+# Help texts are plain text: "[default: ...]" and "local[2]" must not be read as Rich markup.
+app = typer.Typer(
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    help="Sluice: Kafka JSON events to date-partitioned Delta/Parquet tables with Spark.",
+)
+app.add_typer(broker.kafka_app, name="kafka")
+app.add_typer(broker.topics_app, name="topics")
+
+
+def _version(value: bool) -> None:
+    if value:
+        console.print(f"sluice {sluice.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")
+    ] = False,
+) -> None:
+    """Sluice: Kafka JSON events to date-partitioned Delta/Parquet tables with Spark."""
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True}, add_help_option=False)
+def airflow(ctx: typer.Context) -> None:
+    """Run Airflow (its own venv) with Sluice's DAGs and Spark runtime, e.g. `sluice airflow standalone`."""
+    try:
+        binary = airflow_binary()
+    except FileNotFoundError as exc:
+        fail(str(exc))
+    env = os.environ | airflow_env()
+    Path(env["AIRFLOW_HOME"]).mkdir(parents=True, exist_ok=True)
+    os.execve(binary, [str(binary), *ctx.args], env)  # noqa: S606 - becomes the airflow process
+
+
+for command in (
+    broker.produce,
+    broker.replay,
+    stream.run,
+    stream.start,
+    stream.stop,
+    stream.restart,
+    stream.supervise,
+    stream.status,
+    stream.backfill,
+    quality.check,
+    stream.audit,
+    quality.validate,
+    tables.sql,
+    tables.demo,
+):
+    app.command()(command)
+
+
+def main() -> None:
+    """The console script: Sluice's errors become one message on stderr and an exit code."""
+    try:
+        app()
+    except NothingToDo as exc:
+        say(str(exc))
+        sys.exit(0)
+    except SluiceError as exc:
+        error(str(exc))
+        sys.exit(exc.exit_code)

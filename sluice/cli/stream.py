@@ -1,0 +1,168 @@
+"""The stream's commands: run, start, stop, restart, supervise, status, backfill and audit."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from sluice.cli.output import JsonOut, Master, SpecArg, console, fail, load, print_json, say, warn
+from sluice.ops import backfill as backfills
+from sluice.ops import stream
+from sluice.ops.submit import ingest_submission
+from sluice.ops.target import LocalTarget
+from sluice.records import audit as audits
+
+
+def run(
+    spec: SpecArg,
+    available_now: Annotated[
+        bool, typer.Option("--available-now", help="Process what is in Kafka now, then stop.")
+    ] = False,
+    master: Master = None,
+    conf: Annotated[list[str] | None, typer.Option(help="Extra Spark setting KEY=VALUE (repeatable).")] = None,
+) -> None:
+    """Run the ingest job in the foreground with spark-submit, as Airflow submits it, and wait."""
+    p = load(spec)
+    target = LocalTarget(master, dict(c.split("=", 1) for c in conf or []))
+    stream.check_continuous_slots(p, target.master)
+    target.run(ingest_submission(p.spec_path, pipeline_name=p.name, available_now=available_now))
+
+
+def start(
+    spec: SpecArg,
+    available_now: Annotated[bool, typer.Option("--available-now", help="Process what is there, then end.")] = False,
+    processing_time: Annotated[
+        str | None, typer.Option(help="Micro-batch interval instead of the spec's, e.g. '30 seconds'.")
+    ] = None,
+    master: Master = None,
+) -> None:
+    """Start the stream detached (as Airflow does) and wait until its query runs."""
+    started = stream.start(
+        load(spec),
+        LocalTarget(master),
+        by="sluice start",
+        available_now=available_now,
+        processing_time=processing_time,
+    )
+    say(started.summary())
+
+
+def stop(
+    spec: SpecArg, timeout: Annotated[float, typer.Option(help="Seconds to wait for the batch in progress.")] = 120
+) -> None:
+    """Stop the stream after the batch in progress commits; supervision will not restart it."""
+    say(stream.stop(load(spec), by="sluice stop", timeout=timeout))
+
+
+def restart(
+    spec: SpecArg,
+    processing_time: Annotated[
+        str | None, typer.Option(help="Micro-batch interval instead of the spec's, e.g. '30 seconds'.")
+    ] = None,
+    master: Master = None,
+) -> None:
+    """Stop the stream after its batch commits, then start it again from its checkpoint."""
+    done = stream.restart(load(spec), LocalTarget(master), by="sluice restart", processing_time=processing_time)
+    if done.stopped:
+        say(done.stopped)
+    say(done.started.summary())
+
+
+def supervise(spec: SpecArg, master: Master = None) -> None:
+    """One supervision pass, as the scheduled DAG run does: start or restart if needed, fail if unhealthy."""
+    done = stream.supervise(load(spec), LocalTarget(master), by="sluice supervise")
+    say(done.status.verdict.reason)
+    if done.started:
+        say(done.started.summary())
+
+
+def status(spec: SpecArg, as_json: JsonOut = False) -> None:
+    """Is the stream running, how far behind Kafka is it, and what would supervision do? Exit 1 if unhealthy."""
+    p = load(spec)
+    st = stream.status(p)
+    if as_json:
+        print_json(st.as_dict())
+        raise typer.Exit(0 if st.healthy else 1)
+    obs = st.observation
+    table = Table("", "", show_header=False, title=escape(p.name))
+    table.add_row("running", "yes" if obs.alive else "no")
+    table.add_row("wanted", obs.desired or "never started here")
+    table.add_row("job state", escape(f"{obs.state or '-'}" + (f" ({obs.error})" if obs.error else "")))
+    if st.status:
+        table.add_row("Spark app", escape(f"{st.status.app_id}  {st.status.ui or ''}"))
+    table.add_row("last committed batch", "none" if st.committed.batch_id is None else str(st.committed.batch_id))
+    table.add_row("lag (records)", "unknown" if obs.lag is None else str(obs.lag))
+    table.add_row("supervision says", escape(f"{st.verdict.action}: {st.verdict.reason}"))
+    console.print(table)
+    if st.broker_error:
+        warn(f"{st.broker_error}; start the embedded one with `sluice kafka up`")
+    if not st.healthy:
+        raise typer.Exit(1)
+
+
+def backfill(
+    spec: SpecArg,
+    from_offset: Annotated[int | None, typer.Option(min=0, help="First offset (every partition).")] = None,
+    to_offset: Annotated[int | None, typer.Option(min=0, help="End offset, excluded [default: the end].")] = None,
+    from_time: Annotated[str | None, typer.Option(help="First record time, ISO 8601.")] = None,
+    to_time: Annotated[str | None, typer.Option(help="End time, excluded, ISO 8601.")] = None,
+    master: Master = None,
+) -> None:
+    """Re-read a range of Kafka into the pipeline's tables (available-now, no duplicates)."""
+    p = load(spec)
+    plan = backfills.plan(p, from_offset=from_offset, to_offset=to_offset, from_time=from_time, to_time=to_time)
+    say(f"backfill {plan.id}: {plan.description}, {plan.records} records")
+    if plan.refusal():
+        warn(f"{p.name}: {plan.refusal()}")
+    backfills.run(p, LocalTarget(master), plan)
+
+
+def audit(
+    spec: SpecArg, last: Annotated[int, typer.Option(help="How many batches.")] = 20, as_json: JsonOut = False
+) -> None:
+    """Per-batch counts: records in = records out + records quarantined."""
+    p = load(spec)
+    files = list(audits.audit_files([Path(p.audit_path)]))[-last:]
+    if not files:
+        fail(f"no batches recorded yet in {p.audit_path}", 1)
+    if as_json:
+        print_json([dataclasses.asdict(audits.read(f)) for f in files])
+        return
+    table = Table(
+        "batch",
+        "in",
+        "out",
+        "rows out",
+        "quarantined",
+        "already present",
+        "expectations failed",
+        "seconds",
+        "written at",
+    )
+    for f in files:
+        a = audits.read(f)
+        failed = ", ".join(
+            f"{name} {c['failed']}/{c['checked']} ({c['action']})" for name, c in a.failed_expectations().items()
+        )
+        table.add_row(
+            *(
+                str(v)
+                for v in (
+                    a.batch_id,
+                    a.records_in,
+                    a.records_out,
+                    a.rows_out,
+                    a.records_quarantined,
+                    a.records_already_present,
+                )
+            ),
+            escape(failed),
+            str(a.seconds),
+            a.written_at,
+        )
+    console.print(table)
