@@ -112,6 +112,26 @@ def test_trigger_through_the_rest_api(airflow, broker, spark, tmp_path) -> None:
         assert state == "success", log.read_text()[-4000:]
         tasks = {t["task_id"]: t["state"] for t in api.call("GET", f"{run_path}/taskInstances")[1]["task_instances"]}
         assert tasks["start"] == "success" and tasks["supervise"] == tasks["stop"] == tasks["backfill"] == "skipped"
+
+        # What depends on two fields is refused by plan_backfill at once, and an empty range skips.
+        for conf, state, plan, backfill in (
+            ({"action": "backfill"}, "failed", "failed", "upstream_failed"),
+            ({"action": "backfill", "from_offset": 10**9}, "success", "skipped", "skipped"),
+        ):
+            status, run = api.call("POST", f"{dag}/dagRuns", {"logical_date": None, "conf": conf})
+            assert status == 200, run
+            run_path = f"{dag}/dagRuns/{run['dag_run_id']}"
+            got = api.wait(
+                f"the {conf} run to finish",
+                lambda run_path=run_path: (s := api.call("GET", run_path)[1]["state"]) in ("success", "failed") and s,
+                240,
+                log,
+            )
+            tasks = {
+                t["task_id"]: t["state"] for t in api.call("GET", f"{run_path}/taskInstances")[1]["task_instances"]
+            }
+            assert (got, tasks["plan_backfill"], tasks["backfill"]) == (state, plan, backfill), (conf, tasks)
+            assert tasks["publish"] in ("skipped", "upstream_failed"), tasks  # no asset event
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
