@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from confluent_kafka import KafkaException
 
 import sluice
 from sluice.airflow.env import airflow_binary, airflow_env
@@ -87,3 +88,7 @@ def main() -> None:
     except SluiceError as exc:
         error(str(exc))
         sys.exit(exc.exit_code)
+    except KafkaException as exc:  # a topics or producer command with the broker away
+        why = exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else str(exc)
+        error(f"Kafka: {why} (the embedded broker starts with `sluice kafka up`)")
+        sys.exit(1)
