@@ -83,7 +83,7 @@ def test_a_changed_type_or_partition_column_is_refused_before_anything_is_writte
             timeout=120,
         )
         assert checked.returncode == 1, checked.stdout + checked.stderr
-        assert line.strip() in checked.stdout and "1 spec(s) do not match their tables" in checked.stdout
+        assert line.strip() in checked.stderr and "1 spec(s) do not match their tables" in checked.stderr
 
     run_available_now(spark, pipeline)  # the unchanged spec goes on where it stopped
     assert (
