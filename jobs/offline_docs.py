@@ -1,7 +1,8 @@
 """Great Expectations' Data Docs without the internet: its CDN assets, served from the site.
 
 GX's pages load Bootstrap, jQuery, Font Awesome, bootstrap-table and Vega from public CDNs,
-so on a machine without internet ``index.html`` is a blank page. ``make setup`` fetches the
+and its logo from its own bucket (with the data context's id in the URL), so on a machine
+without internet ``index.html`` is a blank page. ``make setup`` fetches the
 same files once from the npm registry (:func:`fetch`, each tarball checked against the
 registry's integrity hash); after every validation :func:`localize` copies them into the
 site and points every page at its own copies, so the site works from ``file://`` on a
@@ -17,6 +18,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import sys
 import tarfile
@@ -93,6 +95,9 @@ ASSETS: dict[str, tuple[str, str, str]] = {
 }
 #: Whole folders a file above needs beside it.
 EXTRA_DIRS = {("@fortawesome/fontawesome-free", "6.6.0"): ["webfonts/"]}
+#: GX's logo comes from its web-assets bucket, with the data context's id in the query; the
+#: site has the same images under static/images/.
+GX_IMAGES = re.compile(r'"https://great-expectations-web-assets\.s3\.us-east-2\.amazonaws\.com/([\w.-]+)(?:\?[^"]*)?"')
 REGISTRY = "https://registry.npmjs.org"
 VENDOR = "static/vendor"
 
@@ -151,6 +156,12 @@ def localize(site: Path, assets: Path) -> int:
             if url in new:
                 target = vendor / local_path(pkg, ver, file)
                 new = new.replace(f'"{url}"', f'"{os.path.relpath(target, page.parent)}"')
+
+        def local_image(m: re.Match[str], page: Path = page) -> str:
+            image = site / "static" / "images" / m.group(1)
+            return f'"{os.path.relpath(image, page.parent)}"' if image.is_file() else m.group(0)
+
+        new = GX_IMAGES.sub(local_image, new)
         if new != text:
             page.write_text(new, encoding="utf-8")
             rewritten += 1

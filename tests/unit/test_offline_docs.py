@@ -16,7 +16,12 @@ def test_every_cdn_link_points_at_a_copy_inside_the_site(tmp_path: Path) -> None
     site = tmp_path / "site"
     (site / "validations" / "x").mkdir(parents=True)
     head = "".join(f'<script src="{url}"></script>' for url in ASSETS)
-    (site / "index.html").write_text(f"<html><head>{head}</head></html>")
+    (site / "static" / "images").mkdir(parents=True)
+    (site / "static" / "images" / "logo-long.png").write_bytes(b"png")
+    logo = (
+        '<img src="https://great-expectations-web-assets.s3.us-east-2.amazonaws.com/logo-long.png?d=1&dataContextId=x">'
+    )
+    (site / "index.html").write_text(f"<html><head>{head}</head>{logo}</html>")
     (site / "validations" / "x" / "run.html").write_text(f"<html>{head}<a href='https://example.org'>x</a></html>")
     (site / "plain.html").write_text("<html>nothing to change</html>")
 
@@ -30,3 +35,4 @@ def test_every_cdn_link_points_at_a_copy_inside_the_site(tmp_path: Path) -> None
             assert (page.parent / link).resolve() == (site / VENDOR / local_path(pkg, ver, file)).resolve()
             assert (page.parent / link).read_text() == f"/* {pkg} {file} */"
     assert "https://example.org" in (site / "validations" / "x" / "run.html").read_text()  # other links stay
+    assert '<img src="static/images/logo-long.png">' in (site / "index.html").read_text()  # and no context id
