@@ -24,6 +24,13 @@ from sluice.spec import compatibility
 
 log = logging.getLogger("sluice.sinks")
 
+#: Delta's conflicts between writers that create a table, or write its first version, at
+#: the same time. PySpark raises them as Py4JJavaError (delta-spark's conversion of them into
+#: delta.exceptions classes does not reach DataFrameWriter.save here), so they are matched
+#: by the JVM exception's class name.
+COMMIT_RACES = ("ProtocolChangedException", "MetadataChangedException", "ConcurrentWriteException")
+COMMIT_RACE_ATTEMPTS = 3
+
 
 class BatchSink(Protocol):
     path: str
@@ -31,6 +38,14 @@ class BatchSink(Protocol):
     def write(self, df: DataFrame, batch_id: int) -> None: ...
 
     def has_commits(self) -> bool: ...
+
+
+def commit_race(exc: BaseException) -> str | None:
+    """The Delta conflict's name when ``exc`` is one of :data:`COMMIT_RACES`, else None."""
+    text = str(getattr(exc, "java_exception", None) or exc)
+    return next(
+        (name for name in COMMIT_RACES if f"io.delta.exceptions.{name}" in text or name in type(exc).__name__), None
+    )
 
 
 class DeltaSink:
@@ -44,14 +59,25 @@ class DeltaSink:
         self.app_id = f"sluice-{writer}"
 
     def write(self, df: DataFrame, batch_id: int) -> None:
-        (
-            df.write.format("delta")
-            .mode("append")
-            .partitionBy(self.partition_by)
-            .option("txnAppId", self.app_id)
-            .option("txnVersion", str(batch_id))
-            .save(self.path)
-        )
+        """Append the batch. Two writers that create the same table at once (the stream and a
+        backfill, both writing a quarantine that does not exist yet) conflict on Delta's first
+        commit; the loser writes again, which the (txnAppId, txnVersion) pair keeps exactly once."""
+        for attempt in range(1, COMMIT_RACE_ATTEMPTS + 1):
+            try:
+                (
+                    df.write.format("delta")
+                    .mode("append")
+                    .partitionBy(self.partition_by)
+                    .option("txnAppId", self.app_id)
+                    .option("txnVersion", str(batch_id))
+                    .save(self.path)
+                )
+                return
+            except Exception as exc:
+                race = commit_race(exc)
+                if race is None or attempt == COMMIT_RACE_ATTEMPTS:
+                    raise
+                log.warning("%s: batch %d lost a commit race (%s); writing it again", self.path, batch_id, race)
 
     def has_commits(self) -> bool:
         return table_exists(self.spark, "delta", self.path)

@@ -134,7 +134,7 @@ class Schedule:
             return
         sub = ingest_submission(self.pipeline.spec_path, pipeline_name=self.pipeline.name, backfill=bf)
         done = subprocess.run(sub.command(), env=os.environ | submit_env(sub.master), capture_output=True, timeout=600)
-        assert done.returncode == 0, f"{done.stderr.decode()[-3000:]}\n{self.where()}"
+        assert done.returncode == 0, f"{done.stdout.decode()[-2000:]}\n{done.stderr.decode()[-4000:]}\n{self.where()}"
         self.note(
             f"backfill {bf.records}{' (part refused)' if bf.refusal() else ''}{' beside the stream' if self.running else ''}"
         )
@@ -155,7 +155,7 @@ class Schedule:
             stream.stop(self.pipeline, by="chaos", timeout=180)
         sub = ingest_submission(self.pipeline.spec_path, pipeline_name=self.pipeline.name, available_now=True)
         done = subprocess.run(sub.command(), env=os.environ | submit_env(sub.master), capture_output=True, timeout=900)
-        assert done.returncode == 0, f"{done.stderr.decode()[-3000:]}\n{self.where()}"
+        assert done.returncode == 0, f"{done.stdout.decode()[-2000:]}\n{done.stderr.decode()[-4000:]}\n{self.where()}"
         self.note("drain")
         if self.starts_at == "latest":
             self.backfill(from_offset=0)

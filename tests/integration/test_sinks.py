@@ -158,3 +158,38 @@ def test_writers_committing_at_once_lose_no_commit(spark, tmp_path) -> None:
     names = {p.name for p in (tmp_path / "t" / "_spark_metadata").iterdir() if not p.name.startswith(".")}
     assert parquet_log.latest(names) == 23 and "19.compact" in names
     assert read_without_spark("parquet", table, ["id"]).num_rows == spark.read.parquet(table).count() == 48
+
+
+def test_two_writers_creating_one_delta_table_at_once_both_land(spark, tmp_path) -> None:
+    """The stream and a backfill may both create a quarantine that does not exist yet; Delta
+    lets one first commit win, and the other writes again: every batch once, in every table."""
+    import threading
+
+    from deltalake import DeltaTable
+
+    from jobs.sinks import DeltaSink
+
+    df = spark.range(0, 2, 1, 1).selectExpr("id", "current_date() AS date")
+    errors: list[BaseException] = []
+    tables = [str(tmp_path / f"t{i}") for i in range(4)]
+    barrier = threading.Barrier(2)
+
+    def write_all(writer: str) -> None:
+        try:
+            for table in tables:
+                sink = DeltaSink(spark, table, "date", writer)
+                barrier.wait(timeout=120)  # both create the table at the same moment
+                for batch in range(2):
+                    sink.write(df, batch)
+                sink.write(df, 1)  # a replayed batch is skipped
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write_all, args=(w,)) for w in ("stream", "backfill")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    assert not errors, errors
+    for table in tables:
+        assert DeltaTable(table).to_pyarrow_table().num_rows == 8  # 2 writers x 2 batches x 2 rows
