@@ -16,6 +16,12 @@ _client_log.addHandler(logging.NullHandler())
 _client_log.propagate = False
 
 
+def kafka_reason(exc: KafkaException) -> str:
+    """librdkafka's own words for what went wrong (its KafkaError), without the error's repr."""
+    first: Any = exc.args[0] if exc.args else None
+    return str(first.str()) if hasattr(first, "str") else str(exc)
+
+
 def _conf(bootstrap: str, **extra: Any) -> dict[str, Any]:
     return {"bootstrap.servers": bootstrap, "logger": _client_log, **extra}
 

@@ -21,6 +21,7 @@ from sluice.airflow.env import airflow_binary, airflow_env
 from sluice.cli import broker, quality, stream, tables
 from sluice.cli.output import console, error, fail, say
 from sluice.errors import NothingToDo, SluiceError
+from sluice.topics import kafka_reason
 
 # Help texts are plain text: "[default: ...]" and "local[2]" must not be read as Rich markup.
 app = typer.Typer(
@@ -89,6 +90,5 @@ def main() -> None:
         error(str(exc))
         sys.exit(exc.exit_code)
     except KafkaException as exc:  # a topics or producer command with the broker away
-        why = exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else str(exc)
-        error(f"Kafka: {why} (the embedded broker starts with `sluice kafka up`)")
+        error(f"Kafka: {kafka_reason(exc)} (the embedded broker starts with `sluice kafka up`)")
         sys.exit(1)

@@ -37,7 +37,7 @@ from sluice.records.checkpoint import Committed, read_committed
 from sluice.records.run import Desired, Driver, Status
 from sluice.spec import Pipeline, duration_seconds
 from sluice.spec.model import normalize_duration
-from sluice.topics import end_offsets, list_topics, total_partitions
+from sluice.topics import end_offsets, kafka_reason, list_topics, total_partitions
 
 #: The job's file name: a process whose command line names it is a Sluice driver.
 DRIVER_SCRIPT = "ingest.py"
@@ -299,8 +299,7 @@ def status(pipeline: Pipeline, offsets: EndOffsets = broker_end_offsets, now: fl
     try:
         lag = committed.lag(offsets(pipeline))
     except KafkaException as exc:
-        why = exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else str(exc)
-        broker_error = f"Kafka at {pipeline.spec.source.bootstrap_servers} did not answer: {why}"
+        broker_error = f"Kafka at {pipeline.spec.source.bootstrap_servers} did not answer: {kafka_reason(exc)}"
     obs = Observation(
         desired=driver.desired if driver else ("running" if proc is not None else None),
         alive=proc is not None,
