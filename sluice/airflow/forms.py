@@ -8,10 +8,11 @@ from typing import Any
 from airflow.sdk import Param
 
 from sluice.spec import Pipeline
+from sluice.spec.model import DURATION_UNITS
 
 ACTIONS = ["supervise", "start", "stop", "restart", "backfill"]
 #: The spec's duration grammar (sluice.spec.model), as the form's JSON Schema pattern.
-DURATION_PATTERN = r"^\s*\d+(\.\d+)?\s*(milliseconds?|ms|seconds?|secs?|s|minutes?|mins?|hours?|hrs?|h|days?|d)\s*$"
+DURATION_PATTERN = rf"^\s*\d+(\.\d+)?\s*({DURATION_UNITS})\s*$"
 #: Scheduled runs and a plain trigger supervise; said on every form and DAG page, because
 #: unpausing a DAG lets its next scheduled run start the stream.
 SUPERVISE_FIRST = (

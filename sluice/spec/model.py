@@ -10,9 +10,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict
 
 #: The one duration grammar: a number and a unit. Spark and the trigger forms only ever see
 #: the normalised form (:func:`normalize_duration`): a whole number of the largest exact unit.
-_DURATION = re.compile(
-    r"(\d+(?:\.\d+)?)\s*(milliseconds?|ms|seconds?|secs?|s|minutes?|mins?|hours?|hrs?|h|days?|d)", re.IGNORECASE
-)
+DURATION_UNITS = r"milliseconds?|ms|seconds?|secs?|s|minutes?|mins?|hours?|hrs?|h|days?|d"
+_DURATION = re.compile(rf"(\d+(?:\.\d+)?)\s*({DURATION_UNITS})", re.IGNORECASE)
 _UNITS_MS = (("day", 86_400_000), ("hour", 3_600_000), ("minute", 60_000), ("second", 1000), ("millisecond", 1))
 DURATION_HELP = "a number and a unit: '500 milliseconds', '30 seconds', '1.5 minutes', '2 hours', '1 day'"
 
