@@ -6,7 +6,6 @@ user's own broker or tables. The jars come from where `make setup` put them.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
@@ -23,6 +22,7 @@ import yaml
 from sluice import config
 from sluice.dev.broker import EmbeddedBroker
 from sluice.dev.ports import free_port
+from sluice.records import audit
 from sluice.spec import Pipeline, load_pipeline
 from sluice.topics import create_topics
 
@@ -100,27 +100,25 @@ def make_pipeline(folder: Path, topic: str, schema: str = "device_signal/v1.json
     return load_pipeline(path)
 
 
-def audit_totals(pipeline: Pipeline) -> dict[str, int]:
+def _totals(folders: list[Path]) -> dict[str, int]:
     """Sum the per-batch audit files, checking each batch reconciles on its own."""
     totals = {"records_in": 0, "records_out": 0, "records_quarantined": 0}
-    for f in Path(pipeline.audit_path).glob("*.json"):
-        audit = json.loads(f.read_text())
-        assert audit["records_in"] == audit["records_out"] + audit["records_quarantined"], audit
+    for f in audit.audit_files(folders):
+        batch = audit.read(f)
+        assert batch.reconciles, batch
         for key in totals:
-            totals[key] += audit[key]
+            totals[key] += getattr(batch, key)
     return totals
+
+
+def audit_totals(pipeline: Pipeline) -> dict[str, int]:
+    """The stream's batches, summed (see :func:`_totals`)."""
+    return _totals([Path(pipeline.audit_path)])
 
 
 def all_audit_totals(pipeline: Pipeline) -> dict[str, int]:
     """Like :func:`audit_totals`, over the stream's batches and every backfill's."""
-    totals = audit_totals(pipeline)
-    for folder in Path(pipeline.checkpoint_path + "_backfills").glob("*/sluice_audit"):
-        backfill = dataclasses.replace(
-            pipeline, spec=pipeline.spec.model_copy(update={"checkpoint": str(folder.parent)})
-        )
-        for key, value in audit_totals(backfill).items():
-            totals[key] += value
-    return totals
+    return _totals(audit.folders(pipeline))
 
 
 def read_without_spark(fmt: str, path: str, columns: list[str] | None = None) -> Any:
