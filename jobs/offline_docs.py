@@ -147,7 +147,11 @@ def localize(site: Path, assets: Path) -> int:
     if not assets.is_dir():
         raise FileNotFoundError(f"no Data Docs assets in {assets}: run `make setup`")
     vendor = site / VENDOR
-    shutil.copytree(assets, vendor, dirs_exist_ok=True)
+    for source in assets.rglob("*"):  # once per site: later validations find the copies there
+        target = vendor / source.relative_to(assets)
+        if source.is_file() and not (target.is_file() and target.stat().st_size == source.stat().st_size):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
     rewritten = 0
     for page in site.rglob("*.html"):
         text = page.read_text(encoding="utf-8")

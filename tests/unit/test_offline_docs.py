@@ -26,6 +26,9 @@ def test_every_cdn_link_points_at_a_copy_inside_the_site(tmp_path: Path) -> None
     (site / "plain.html").write_text("<html>nothing to change</html>")
 
     assert localize(site, assets) == 2
+    copied = site / VENDOR / local_path(*next(iter(ASSETS.values())))
+    stamp = copied.stat().st_mtime_ns
+    assert localize(site, assets) == 0 and copied.stat().st_mtime_ns == stamp  # nothing left to do the second time
     for page in (site / "index.html", site / "validations" / "x" / "run.html"):
         text = page.read_text()
         assert not any(url in text for url in ASSETS)
