@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import signal
+from functools import cached_property
 from types import FrameType
 from typing import Any
 
@@ -60,14 +61,16 @@ class AirflowTarget:
     def __init__(self, conn_id: str = CONN_ID) -> None:
         self.conn_id = conn_id
 
-    @property
+    @cached_property
     def master(self) -> str:
+        """Resolved once per target: each hook resolves the connection anew (a metadata-DB or
+        secrets-backend lookup when it is not an environment variable)."""
         return str(SparkSubmitHook(conn_id=self.conn_id)._connection["master"])
 
     def launch_command(self, sub: Submission) -> tuple[list[str], dict[str, str]]:
         check_spark_runtime()
         hook, application = _hook(sub, self.conn_id)
-        return hook._build_spark_submit_command(application), submit_env(hook._connection["master"])
+        return hook._build_spark_submit_command(application), submit_env(self.master)
 
     def run(self, sub: Submission) -> None:
         """``hook.submit``, as the operator runs it; a task killed meanwhile kills spark-submit."""
