@@ -3,7 +3,9 @@ log against Spark's own reader and writer, and tables other readers can open."""
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -127,31 +129,39 @@ def test_a_crashed_attempt_leaves_nothing_readable_and_its_retry_cleans_up(spark
     assert {p.name for p in on_disk} == listed  # the dead attempt's files are gone
 
 
-def test_writers_committing_at_once_lose_no_commit(spark, tmp_path) -> None:
-    """A stream and a backfill commit to one table at the same moment, many times over: the
-    commit lock orders them, and every batch of both is listed once."""
-    import threading
-
-    from jobs.sinks import ParquetSink
-
-    table = str(tmp_path / "t")
-    df = spark.range(0, 2, 1, 1).selectExpr("id", "current_date() AS date")  # one file a batch
+def as_stream_and_backfill(write_all: Callable[[str], None]) -> None:
+    """Run ``write_all(writer)`` for a 'stream' and a 'backfill' writer in two threads at
+    once; any error of either fails the test."""
     errors: list[BaseException] = []
 
-    def write_all(writer: str) -> None:
-        sink = ParquetSink(spark, table, "date", writer)
+    def run(writer: str) -> None:
         try:
-            for batch in range(12):
-                sink.write(df, batch)
+            write_all(writer)
         except BaseException as exc:  # reported by the main thread
             errors.append(exc)
 
-    threads = [threading.Thread(target=write_all, args=(w,)) for w in ("stream", "backfill")]
+    threads = [threading.Thread(target=run, args=(w,)) for w in ("stream", "backfill")]
     for t in threads:
         t.start()
     for t in threads:
         t.join(timeout=600)
     assert not errors, errors
+
+
+def test_writers_committing_at_once_lose_no_commit(spark, tmp_path) -> None:
+    """A stream and a backfill commit to one table at the same moment, many times over: the
+    commit lock orders them, and every batch of both is listed once."""
+    from jobs.sinks import ParquetSink
+
+    table = str(tmp_path / "t")
+    df = spark.range(0, 2, 1, 1).selectExpr("id", "current_date() AS date")  # one file a batch
+
+    def write_all(writer: str) -> None:
+        sink = ParquetSink(spark, table, "date", writer)
+        for batch in range(12):
+            sink.write(df, batch)
+
+    as_stream_and_backfill(write_all)
     entries = parquet_log.committed_files(tmp_path / "t")
     assert parquet_log.last_batch(entries, "stream") == parquet_log.last_batch(entries, "backfill") == 11
     assert len(entries) == len({e.path for e in entries}) == 24  # one file a batch, each listed once
@@ -163,33 +173,22 @@ def test_writers_committing_at_once_lose_no_commit(spark, tmp_path) -> None:
 def test_two_writers_creating_one_delta_table_at_once_both_land(spark, tmp_path) -> None:
     """The stream and a backfill may both create a quarantine that does not exist yet; Delta
     lets one first commit win, and the other writes again: every batch once, in every table."""
-    import threading
-
     from deltalake import DeltaTable
 
     from jobs.sinks import DeltaSink
 
     df = spark.range(0, 2, 1, 1).selectExpr("id", "current_date() AS date")
-    errors: list[BaseException] = []
     tables = [str(tmp_path / f"t{i}") for i in range(4)]
     barrier = threading.Barrier(2)
 
     def write_all(writer: str) -> None:
-        try:
-            for table in tables:
-                sink = DeltaSink(spark, table, "date", writer)
-                barrier.wait(timeout=120)  # both create the table at the same moment
-                for batch in range(2):
-                    sink.write(df, batch)
-                sink.write(df, 1)  # a replayed batch is skipped
-        except BaseException as exc:  # reported by the main thread
-            errors.append(exc)
+        for table in tables:
+            sink = DeltaSink(spark, table, "date", writer)
+            barrier.wait(timeout=120)  # both create the table at the same moment
+            for batch in range(2):
+                sink.write(df, batch)
+            sink.write(df, 1)  # a replayed batch is skipped
 
-    threads = [threading.Thread(target=write_all, args=(w,)) for w in ("stream", "backfill")]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=600)
-    assert not errors, errors
+    as_stream_and_backfill(write_all)
     for table in tables:
         assert DeltaTable(table).to_pyarrow_table().num_rows == 8  # 2 writers x 2 batches x 2 rows
