@@ -28,7 +28,8 @@ help:
 	@echo "make profile-ingest      one sluice run under Java Flight Recorder and py-spy: top frames"
 	@echo "make clean  stop the broker and remove local state (tables, checkpoints, broker data)"
 
-setup: $(BIN)/.installed $(AIRFLOW_VENV)/bin/.installed $(JARS)/kafka/.installed $(JARS)/spark/.installed $(JARS)/web/.installed
+setup: $(BIN)/.installed $(AIRFLOW_VENV)/bin/.installed $(JARS)/kafka/.installed $(JARS)/spark/.installed $(JARS)/web/.installed \
+       $(JARS)/metastore/.installed $(JARS)/sluice/sluice-sql.jar
 
 # Java 17 and Maven come from the OS packages when missing (Debian/Ubuntu, as root).
 $(SLUICE_HOME)/.tools:
@@ -36,6 +37,13 @@ $(SLUICE_HOME)/.tools:
 	  echo "installing Java 17 and Maven (apt-get)"; \
 	  apt-get update -qq && apt-get install -y -qq openjdk-17-jdk-headless maven >/dev/null; }
 	@java -version 2>&1 | head -1 | grep -Eq '"(1[7-9]|2[0-9])' || { echo "Java 17+ is required"; exit 1; }
+	@mkdir -p $(SLUICE_HOME) && touch $@
+
+# PostgreSQL's server binaries, for the test of a PostgreSQL metastore (Debian's package).
+$(SLUICE_HOME)/.postgres:
+	@command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+	  echo "installing PostgreSQL (apt-get)"; \
+	  apt-get update -qq && apt-get install -y -qq postgresql >/dev/null; }
 	@mkdir -p $(SLUICE_HOME) && touch $@
 
 $(BIN)/.installed: requirements.txt pyproject.toml
@@ -65,6 +73,20 @@ $(JARS)/spark/.installed: pom.xml | $(SLUICE_HOME)/.tools
 	$(MVN) -P spark dependency:copy-dependencies -DoutputDirectory=$(JARS)/spark
 	@touch $@
 
+$(JARS)/metastore/.installed: pom.xml | $(SLUICE_HOME)/.tools
+	$(MVN) -P metastore dependency:copy-dependencies -DoutputDirectory=$(JARS)/metastore
+	@touch $@
+
+# The SQL endpoint's read-only rule and password logins: two small classes, compiled against
+# the pyspark wheel's own jars.
+SQL_JAVA := $(wildcard jobs/java/sluice/sql/*.java)
+$(JARS)/sluice/sluice-sql.jar: $(SQL_JAVA) | $(BIN)/.installed $(SLUICE_HOME)/.tools
+	@rm -rf $(JARS)/sluice/classes && mkdir -p $(JARS)/sluice/classes
+	javac -nowarn --release 17 -d $(JARS)/sluice/classes \
+	  -cp "$$($(BIN)/python -c 'import pyspark, os; print(os.path.dirname(pyspark.__file__))')/jars/*" $(SQL_JAVA)
+	jar cf $@ -C $(JARS)/sluice/classes .
+	@rm -rf $(JARS)/sluice/classes
+
 demo: setup
 	$(BIN)/sluice demo
 
@@ -78,7 +100,7 @@ lint: setup
 types: setup
 	$(BIN)/mypy
 
-test: lint types
+test: lint types $(SLUICE_HOME)/.postgres
 	$(BIN)/pytest --timeout=900 --durations=15 $(PYTEST_ARGS)
 
 unit: setup

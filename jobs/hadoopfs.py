@@ -19,6 +19,12 @@ def _fs(spark: SparkSession, path: str) -> tuple[Any, Any]:
     return jpath.getFileSystem(spark._jsc.hadoopConfiguration()), jpath
 
 
+def qualify(spark: SparkSession, path: str) -> str:
+    """The path as a fully qualified URI (``/data/t`` -> ``file:/data/t``), as catalogs record it."""
+    fs, jpath = _fs(spark, path)
+    return str(fs.makeQualified(jpath).toString())
+
+
 def has_children(spark: SparkSession, path: str) -> bool:
     fs, jpath = _fs(spark, path)
     return bool(fs.exists(jpath)) and len(fs.listStatus(jpath)) > 0

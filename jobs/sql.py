@@ -1,16 +1,86 @@
-"""Ad-hoc SQL over the pipelines' tables: each output table and its quarantine table is
-a view named after the pipeline (``payments``, ``payments_quarantine``)."""
+"""SQL on the pipelines' tables in this process's own Spark session.
+
+:class:`LocalSession` is what ``sluice sql`` uses when no endpoint runs: the same catalog
+(it opens the metastore, registers the tables) and the same read-only rule, in a local
+Spark. :func:`register_tables` makes temporary views instead, for the demo's report, which
+must not depend on the metastore.
+"""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
+from py4j.protocol import Py4JJavaError
+from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
+from jobs import catalog, thrift
+from jobs.session import local_session
 from jobs.sinks import read_table, table_exists
-from sluice.spec import Pipeline
+from sluice.errors import SluiceError
+from sluice.ops.submit import BASE_CONF, spark_jars, sql_jars
+from sluice.spec import Pipeline, valid_pipelines
+from sluice.sql.catalog import TABLE_FORMATS
+from sluice.sql.client import Result, SqlError, limited
+from sluice.sql.settings import DATABASE, metastore_conf
 
-TABLE_FORMATS = ("delta", "parquet")
+
+class LocalSession:
+    where = "a local Spark session"
+
+    def __init__(self, warn: Callable[[str], None] = lambda _: None) -> None:
+        conf = metastore_conf() | {
+            "spark.sql.extensions": BASE_CONF["spark.sql.extensions"] + ",sluice.sql.ReadOnly",
+            "spark.driver.extraClassPath": ":".join([*spark_jars(), *sql_jars()]),
+            "spark.sql.hive.manageFilesourcePartitions": "false",
+            "spark.ui.enabled": "false",
+        }
+        self.spark = local_session("sluice-sql", conf=conf)
+        # PySpark logs every failed statement with its Java stack; the message is shown instead.
+        logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
+        thrift.trust(self.spark)
+        pipelines, invalid = valid_pipelines()
+        for exc in invalid:
+            warn(f"skipping a spec: {exc}")
+        try:
+            catalog.sync(self.spark, pipelines, warn)
+        except Exception as exc:
+            self.spark.stop()
+            if "Another instance of Derby" in str(exc) or "Unable to instantiate" in str(exc):
+                raise SluiceError(
+                    "the embedded Derby metastore is open in another Spark process (another `sluice sql`?): "
+                    "start the endpoint with `sluice sql serve` so that clients share it"
+                ) from None
+            raise
+        # Queries run in a session of their own: only the one above may write the catalog.
+        self.session = self.spark.newSession()
+        self.session.catalog.setCurrentDatabase(DATABASE)
+
+    def run(self, sql: str, limit: int | None = None) -> Result:
+        try:
+            df = self.session.sql(sql.strip().rstrip(";"))
+            rows = df.collect() if limit is None else df.limit(limit + 1).collect()
+        except PySparkException as exc:  # AnalysisException, ParseException: Spark's message
+            raise SqlError(_first_line(exc)) from None
+        except Py4JJavaError as exc:  # the read-only rule's SecurityException
+            if "java.lang.SecurityException" not in str(exc):
+                raise
+            raise SqlError(_security_message(exc)) from None
+        return limited(df.columns, [tuple(r) for r in rows], limit)
+
+    def close(self) -> None:
+        self.spark.stop()
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def _security_message(exc: BaseException) -> str:
+    text = str(exc)
+    start = text.find("sluice: ")
+    return text[start:].splitlines()[0] if start >= 0 else _first_line(exc)
 
 
 def register_tables(spark: SparkSession, pipelines: list[Pipeline], warn: Callable[[str], None]) -> dict[str, str]:

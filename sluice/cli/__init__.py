@@ -18,7 +18,7 @@ from confluent_kafka import KafkaException
 
 import sluice
 from sluice.airflow.env import airflow_binary, airflow_env
-from sluice.cli import broker, quality, stream, tables
+from sluice.cli import broker, quality, sql, stream, tables
 from sluice.cli.output import console, error, fail, say
 from sluice.errors import NothingToDo, SluiceError
 from sluice.topics import kafka_reason
@@ -31,6 +31,7 @@ app = typer.Typer(
 )
 app.add_typer(broker.kafka_app, name="kafka")
 app.add_typer(broker.topics_app, name="topics")
+app.add_typer(sql.sql_app, name="sql")
 
 
 def _version(value: bool) -> None:
@@ -73,7 +74,6 @@ for command in (
     quality.check,
     stream.audit,
     quality.validate,
-    tables.sql,
     tables.demo,
 ):
     app.command()(command)

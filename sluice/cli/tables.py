@@ -1,4 +1,4 @@
-"""``sluice sql`` and ``sluice demo``: the output tables, queried and shown."""
+"""``sluice demo``: the pipelines end to end, and their tables shown."""
 
 from __future__ import annotations
 
@@ -17,30 +17,8 @@ from sluice.dev.produce import ProduceError, send, synthetic
 from sluice.ops.submit import ingest_submission
 from sluice.ops.target import LocalTarget
 from sluice.records.validation import Selection
-from sluice.spec import Pipeline, valid_pipelines
+from sluice.spec import Pipeline
 from sluice.topics import create_topics
-
-
-def sql(
-    query: Annotated[str, typer.Argument(help="A Spark SQL query over the pipeline tables.")],
-    limit: Annotated[int, typer.Option(help="Rows to show at most.")] = 20,
-) -> None:
-    """Run SQL over the output tables; each pipeline NAME has views NAME and NAME_quarantine."""
-    from jobs.session import local_session
-    from jobs.sql import register_tables
-
-    pipelines, invalid = valid_pipelines()
-    for exc in invalid:
-        warn(f"skipping a spec: {exc}")
-    with console.status("starting Spark"):
-        spark = local_session("sluice-sql")
-        views = register_tables(spark, pipelines, warn)
-    try:
-        _show(spark.sql(query), limit)
-    except Exception as exc:  # AnalysisException, ParseException: show Spark's message
-        fail(f"{str(exc).splitlines()[0]}\nviews: {', '.join(sorted(views)) or 'none yet'}")
-    finally:
-        spark.stop()
 
 
 def _show(df: Any, limit: int, title: str | None = None) -> None:

@@ -43,7 +43,7 @@ from sluice.topics import end_offsets, kafka_reason, list_topics, total_partitio
 DRIVER_SCRIPT = "ingest.py"
 
 
-def _process(pid: int | None, marker: str = DRIVER_SCRIPT) -> psutil.Process | None:
+def process_named(pid: int | None, marker: str = DRIVER_SCRIPT) -> psutil.Process | None:
     """The live process with this pid, if its command line still names ``marker`` (pids get reused)."""
     if not pid:
         return None
@@ -58,7 +58,7 @@ def _process(pid: int | None, marker: str = DRIVER_SCRIPT) -> psutil.Process | N
         return None
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     """Is the process there and not a zombie? (Right after a launch, when the pid cannot have
     been reused, and while spark-submit execs Java its command line may read empty.)"""
     try:
@@ -71,11 +71,11 @@ def driver_process(pipeline: Pipeline) -> psutil.Process | None:
     """The running Python driver of this pipeline's stream, whoever started it."""
     status = Status.read(pipeline.name)
     if status and status.state in ("starting", "running"):
-        proc = _process(status.pid)
+        proc = process_named(status.pid)
         if proc is not None:
             return proc
     driver = Driver.read(pipeline.name)
-    return _process(driver.pid) if driver else None
+    return process_named(driver.pid) if driver else None
 
 
 def launch(
@@ -86,13 +86,21 @@ def launch(
     launched_by: str,
     desired: Desired = "running",
 ) -> Driver:
-    """Start spark-submit detached (own session, output to a log file) and record it.
+    """Start the pipeline's job detached (see :func:`launch_detached`).
 
     Raises :class:`sluice.records.locks.Claimed` first if another driver holds the pipeline's
     checkpoint or tables (the job would refuse to start anyway, less visibly).
     """
     locks.check_free(pipeline.name, locks.claims_for(pipeline))
-    logs = config.sluice_home() / "logs" / pipeline.name
+    return launch_detached(pipeline.name, command, env, launched_by=launched_by, desired=desired)
+
+
+def launch_detached(
+    name: str, command: list[str], env: dict[str, str], *, launched_by: str, desired: Desired = "running"
+) -> Driver:
+    """Start spark-submit detached (own session, output to a log file) and record it in
+    ``run/<name>/driver.json``."""
+    logs = config.sluice_home() / "logs" / name
     logs.mkdir(parents=True, exist_ok=True)
     log = logs / time.strftime("%Y%m%dT%H%M%S.log", time.gmtime())
     with log.open("ab") as out:
@@ -104,7 +112,7 @@ def launch(
             env=os.environ | env,
             start_new_session=True,  # survives the task that launched it; stoppable as a group
         )
-    driver = Driver(pipeline.name, proc.pid, command, str(log), time.time(), launched_by, desired)
+    driver = Driver(name, proc.pid, command, str(log), time.time(), launched_by, desired)
     driver.save()
     return driver
 
@@ -125,7 +133,7 @@ def wait_running(pipeline: Pipeline, driver: Driver, timeout: float = 180.0) -> 
             if status.state == "failed":
                 raise StartFailed(f"{pipeline.name} failed to start: {status.error}\n{log_tail(driver.log)}")
             return status
-        if not _alive(driver.pid):
+        if not alive(driver.pid):
             raise StartFailed(f"{pipeline.name}: spark-submit (pid {driver.pid}) exited\n{log_tail(driver.log)}")
         time.sleep(0.2)
     raise StartFailed(f"{pipeline.name} did not report a running query within {timeout:.0f}s\n{log_tail(driver.log)}")
@@ -210,19 +218,27 @@ def stop(pipeline: Pipeline, *, by: str, timeout: float = 120.0, grace: float = 
     if proc is None:
         return f"{pipeline.name} is not running; it stays stopped"
     started = time.monotonic()
+    if terminate(proc, process_named(driver.pid) if driver else None, timeout=timeout, grace=grace):
+        return f"stopped {pipeline.name} gracefully in {time.monotonic() - started:.1f}s (driver pid {proc.pid})"
+    return f"{pipeline.name} did not stop within {timeout:.0f}s; terminated its process group (restart resumes from the checkpoint)"
+
+
+def terminate(proc: psutil.Process, group: psutil.Process | None, *, timeout: float, grace: float) -> bool:
+    """SIGTERM to the Python driver, then wait for it and spark-submit (``group``, the leader
+    of its process group); past ``timeout`` the group is terminated, past ``grace`` more
+    killed. True when it stopped by itself."""
     proc.send_signal(signal.SIGTERM)
-    group = _process(driver.pid) if driver else None
     waiting = [p for p in (proc, group) if p is not None]
     _, alive = psutil.wait_procs(waiting, timeout=timeout)
     if not alive:
-        return f"stopped {pipeline.name} gracefully in {time.monotonic() - started:.1f}s (driver pid {proc.pid})"
+        return True
     for p in alive:
         os.killpg(os.getpgid(p.pid), signal.SIGTERM)
     _, alive = psutil.wait_procs(alive, timeout=grace)
     for p in alive:
         os.killpg(os.getpgid(p.pid), signal.SIGKILL)
     psutil.wait_procs(alive, timeout=10)
-    return f"{pipeline.name} did not stop within {timeout:.0f}s; terminated its process group (restart resumes from the checkpoint)"
+    return False
 
 
 @dataclass(frozen=True)

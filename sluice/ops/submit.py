@@ -17,6 +17,7 @@ from typing import Any
 from sluice import config
 from sluice.errors import SluiceError
 from sluice.records.backfill import BackfillPlan
+from sluice.sql.settings import Endpoint
 
 JOBS_DIR = config.PROJECT_ROOT / "jobs"
 
@@ -181,3 +182,55 @@ def validation_submission(
         jars=spark_jars(),
         master=master or default_master(),
     )
+
+
+def endpoint_submission(endpoint: Endpoint, *, master: str | None = None) -> Submission:
+    """The SQL endpoint: Spark's Thrift server on the catalog (``jobs/sql_endpoint.py``).
+
+    Its jars go on the driver's own class path too: the Thrift server opens each client's
+    session on a thread that sees only that class path, not ``--jars``.
+    """
+    from sluice.sql.passwords import password_file_option
+    from sluice.sql.settings import metastore_conf
+
+    args = ["--host", endpoint.host, "--port", str(endpoint.port), "--auth", endpoint.auth]
+    java = [f"-Dlog4j2.configurationFile=file:{JOBS_DIR / 'log4j2.properties'}"]
+    if endpoint.auth == "password":
+        java += [
+            "-Dhive.server2.authentication=CUSTOM",
+            "-Dhive.server2.custom.authentication.class=sluice.sql.PasswordFile",
+            password_file_option(),
+        ]
+    conf = metastore_conf() | {
+        "spark.sql.extensions": BASE_CONF["spark.sql.extensions"] + ",sluice.sql.ReadOnly",
+        "spark.driver.extraClassPath": ":".join([*spark_jars(), *sql_jars()]),
+        "spark.driver.extraJavaOptions": " ".join(java),
+        "spark.hadoop.hive.server2.thrift.bind.host": endpoint.host,
+        "spark.hadoop.hive.server2.thrift.port": str(endpoint.port),
+        # How long a stop waits for open client connections (the default is 60 s): a client
+        # that holds one idle, as connection pools do, would hold up every stop.
+        "spark.hadoop.hive.server2.thrift.worker.keepalive.time": "5s",
+        # Partitions are read from each table's files (and a Parquet table's commit log), so
+        # a new date is visible without MSCK REPAIR.
+        "spark.sql.hive.manageFilesourcePartitions": "false",
+        "spark.sluice.sql.allowWrites": str(endpoint.allow_writes).lower(),
+    }
+    if endpoint.allow_writes:
+        args.append("--allow-writes")
+    return Submission(
+        application=str(JOBS_DIR / "sql_endpoint.py"),
+        application_args=args,
+        name="sluice-sql-endpoint",
+        conf=spark_conf(conf),
+        jars=[*spark_jars(), *sql_jars()],
+        master=master or default_master(),
+    )
+
+
+def sql_jars() -> list[str]:
+    """Sluice's own JVM classes (read-only sessions, password logins) and the metastore's
+    JDBC driver, built and resolved by `make setup`."""
+    jars = sorted(str(p) for kind in ("sluice", "metastore") for p in config.jars_dir(kind).glob("*.jar"))
+    if not any(j.endswith("sluice-sql.jar") for j in jars):
+        raise SluiceError(f"no sluice-sql.jar in {config.jars_dir('sluice')}: run `make setup`")
+    return jars

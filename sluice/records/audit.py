@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
+from sluice.records.run import known_fields
 from sluice.spec import Pipeline
 
 
@@ -42,9 +43,7 @@ class BatchAudit:
 
     @classmethod
     def from_json(cls, text: str) -> Self:
-        data = json.loads(text)
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        return cls(**known_fields(cls, json.loads(text)))
 
 
 def file_name(batch_id: int) -> str:

@@ -39,7 +39,7 @@ def read_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+def known_fields(cls: type, data: dict[str, Any]) -> dict[str, Any]:
     """Only the fields this version knows: a newer writer's extra fields are not an error."""
     names = {f.name for f in fields(cls)}
     return {k: v for k, v in data.items() if k in names}
@@ -62,7 +62,7 @@ class Driver:
     @classmethod
     def read(cls, pipeline: str) -> Self | None:
         data = read_json(run_dir(pipeline) / "driver.json")
-        return cls(**_known(cls, data)) if data else None
+        return cls(**known_fields(cls, data)) if data else None
 
     def save(self) -> None:
         write_json(run_dir(self.pipeline) / "driver.json", asdict(self))
@@ -86,7 +86,7 @@ class Status:
     @classmethod
     def read(cls, pipeline: str, name: str = "status.json") -> Self | None:
         data = read_json(run_dir(pipeline) / name)
-        return cls(**_known(cls, data)) if data else None
+        return cls(**known_fields(cls, data)) if data else None
 
     def save(self, name: str = "status.json") -> None:
         write_json(run_dir(self.pipeline) / name, asdict(self))

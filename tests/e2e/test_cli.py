@@ -132,7 +132,7 @@ def test_produce_run_audit_and_sql_from_the_command_line(broker, tmp_path: Path)
     warnings = [line for line in counted.stderr.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 2, counted.stderr
     assert "skipping a spec: " in warnings[0] and "broken.yaml" in warnings[0]
-    assert warnings[1].startswith("warning: garbled: cannot read the delta table at")
+    assert warnings[1].startswith("warning: garbled: cannot register the delta table at")
     assert "Traceback" not in counted.stdout + counted.stderr
     bad = sluice("sql", "SELECT count(*) AS q FROM cli_signals_quarantine", env=env)
     rows_out = int(counted.stdout.split("│")[-3].strip())
@@ -141,4 +141,4 @@ def test_produce_run_audit_and_sql_from_the_command_line(broker, tmp_path: Path)
     assert quarantined > 0
 
     wrong = sluice("sql", "SELECT nope FROM cli_signals", env=env)
-    assert wrong.returncode == 2 and "views: cli_signals" in wrong.stderr
+    assert wrong.returncode == 2 and "tables in sluice: cli_signals, cli_signals_quarantine" in wrong.stderr

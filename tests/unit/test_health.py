@@ -92,10 +92,10 @@ def test_process_identity_guards_against_reused_pids() -> None:
         deadline = time.monotonic() + 10
         while "ingest.py" not in psutil.Process(proc.pid).cmdline() and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert stream._process(proc.pid, "ingest.py") is not None
-        assert stream._process(proc.pid, "maintain.py") is None
-        assert stream._process(os.getpid(), "ingest.py") is None
+        assert stream.process_named(proc.pid, "ingest.py") is not None
+        assert stream.process_named(proc.pid, "maintain.py") is None
+        assert stream.process_named(os.getpid(), "ingest.py") is None
     finally:
         proc.kill()
         proc.wait()
-    assert stream._process(proc.pid, "ingest.py") is None
+    assert stream.process_named(proc.pid, "ingest.py") is None

@@ -1,0 +1,53 @@
+"""Registers the pipelines' tables in the metastore (see :mod:`sluice.sql.catalog`).
+
+Run by whoever owns the metastore: the SQL endpoint, at start and then every few seconds,
+so a pipeline's tables appear once it has first written them; or ``sluice sql`` when no
+endpoint runs. Idempotent: a table already registered at its location is left alone, one
+registered elsewhere (its spec moved it) is registered again; the files are never touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pyspark.sql import SparkSession
+
+from jobs.sinks import table_exists
+from sluice.spec import Pipeline
+from sluice.sql.catalog import CatalogTable, catalog_tables, database_statement
+
+
+def sync(spark: SparkSession, pipelines: list[Pipeline], warn: Callable[[str], None]) -> list[str]:
+    """Register every table that exists; return the registered names. A table that cannot be
+    registered is reported through ``warn`` and left out; the others go on."""
+    spark.sql(database_statement())
+    registered = []
+    for table in catalog_tables(pipelines):
+        try:
+            if not table_exists(spark, table.format, table.location):
+                continue
+            if _location(spark, table) != _normalized(spark, table.location):
+                spark.sql(table.drop())
+                spark.sql(table.create())
+            registered.append(table.name)
+        except Exception as exc:  # any Spark error: this table is skipped, the others go on
+            warn(f"{table.name}: cannot register the {table.format} table at {table.location}: {_first_line(exc)}")
+    return registered
+
+
+def _location(spark: SparkSession, table: CatalogTable) -> str | None:
+    if not spark.catalog.tableExists(table.qualified.replace("`", "")):
+        return None
+    rows = spark.sql(f"DESCRIBE TABLE EXTENDED {table.qualified}").collect()
+    return next((r.data_type for r in rows if r.col_name == "Location"), None)
+
+
+def _normalized(spark: SparkSession, path: str) -> str:
+    """The location as the catalog records it (a qualified URI, e.g. file:/data/t)."""
+    from jobs import hadoopfs
+
+    return hadoopfs.qualify(spark, path)
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

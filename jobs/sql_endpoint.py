@@ -1,0 +1,95 @@
+"""The SQL endpoint: Spark's Thrift JDBC/ODBC server on the pipelines' catalog.
+
+    spark-submit ... jobs/sql_endpoint.py --host 127.0.0.1 --port 10000 --auth none
+
+Started detached by ``sluice sql serve`` (or the ``sluice_sql_endpoint`` DAG) with the
+settings of :func:`sluice.ops.submit.endpoint_submission`. It registers every pipeline's
+tables, starts the server, and then, until SIGTERM, registers tables that appear and reports
+itself in ``endpoint.json`` (:class:`sluice.records.endpoint.EndpointStatus`).
+
+Clients get read-only sessions (``jobs/java/sluice/sql/ReadOnly.java``); this driver's own
+session, which registers tables, is the one trusted to write the catalog.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from jobs import catalog, thrift
+from sluice.records.endpoint import EndpointStatus
+from sluice.spec import valid_pipelines
+from sluice.sql.settings import DATABASE, metastore_name
+
+log = logging.getLogger("sluice.sql_endpoint")
+#: How often tables that appeared since are registered (seconds); the heartbeat is every second.
+SYNC_EVERY = 5.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="sql_endpoint.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--host", required=True)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--auth", choices=("none", "password"), required=True)
+    parser.add_argument("--allow-writes", action="store_true")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+
+    status = EndpointStatus(
+        "starting", os.getpid(), time.time(), args.host, args.port, args.auth, args.allow_writes, metastore_name()
+    )
+    status.save()
+    stop = threading.Event()
+
+    def request_stop(signum: int, _frame: Any) -> None:
+        log.info("received %s", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    try:
+        spark = SparkSession.builder.appName("sluice-sql-endpoint").getOrCreate()
+        status.app_id, status.ui = spark.sparkContext.applicationId, spark.sparkContext.uiWebUrl
+        thrift.trust(spark)
+        status.tables = _sync(spark)
+        thrift.start_thrift_server(spark)
+    except Exception as exc:  # the metastore or the port: say so where `sluice sql serve` looks
+        log.exception("the SQL endpoint failed to start")
+        status.state, status.error, status.updated_at = "failed", str(exc).strip().splitlines()[0], time.time()
+        status.save()
+        return 1
+    log.info("serving %s on %s:%d (auth %s): %s", DATABASE, args.host, args.port, args.auth, ", ".join(status.tables))
+    status.state = "running"
+    next_sync = time.monotonic() + SYNC_EVERY
+    while not stop.is_set():
+        if time.monotonic() >= next_sync:
+            status.tables = _sync(spark)
+            next_sync = time.monotonic() + SYNC_EVERY
+        status.updated_at = time.time()
+        status.save()
+        stop.wait(1.0)
+    status.state, status.updated_at = "stopped", time.time()
+    status.save()
+    spark.stop()
+    log.info("stopped")
+    return 0
+
+
+def _sync(spark: SparkSession) -> list[str]:
+    pipelines, invalid = valid_pipelines()
+    for exc in invalid:
+        log.warning("skipping a spec: %s", exc)
+    return catalog.sync(spark, pipelines, log.warning)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

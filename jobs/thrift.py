@@ -1,0 +1,27 @@
+"""The two JVM calls the SQL endpoint needs that PySpark has no Python API for.
+
+Both go through ``spark._jvm``, PySpark's private gateway, so they live here and nowhere
+else; ``tests/integration/test_sql_endpoint.py`` starts a real endpoint through them, so a
+PySpark release that moves either fails that test, loudly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+
+def trust(spark: SparkSession) -> None:
+    """Let this session write the catalog (see ``jobs/java/sluice/sql/ReadOnly.java``);
+    the sessions the Thrift server opens for clients stay read-only."""
+    spark._jvm.sluice.sql.ReadOnly.trust(spark._jsparkSession)  # type: ignore[union-attr]
+
+
+def start_thrift_server(spark: SparkSession) -> Any:
+    """Spark's Thrift JDBC/ODBC server (HiveServer2's protocol) on this session's catalog,
+    with its host, port and authentication from the ``hive.server2.*`` settings."""
+    jvm = spark._jvm
+    assert jvm is not None
+    server = jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2
+    return server.startWithContext(spark._jsparkSession.sqlContext())

@@ -1,0 +1,154 @@
+"""The SQL endpoint's actions (serve, stop, status) and the one way to run SQL: through the
+endpoint when it runs, else in a local Spark session on the same catalog.
+
+The endpoint is a detached spark-submit like a stream (``run/_sql_endpoint/``: the launcher's
+``driver.json``, the job's ``endpoint.json``), started and stopped by the same helpers.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import psutil
+
+from sluice.errors import AlreadyRunning, InvalidInput, StartFailed
+from sluice.ops.stream import alive, launch_detached, log_tail, process_named, terminate
+from sluice.ops.submit import endpoint_submission
+from sluice.ops.target import SparkTarget
+from sluice.records.endpoint import NAME, EndpointStatus
+from sluice.records.run import Driver
+from sluice.sql import passwords
+from sluice.sql.client import EndpointSession, SqlSession
+from sluice.sql.settings import Endpoint, password_file
+
+SCRIPT = "sql_endpoint.py"
+#: A running endpoint writes endpoint.json every second; this much silence means it hangs.
+HEARTBEAT_TIMEOUT = 30.0
+
+
+def endpoint_process() -> psutil.Process | None:
+    st = EndpointStatus.read()
+    if st and st.state in ("starting", "running"):
+        proc = process_named(st.pid, SCRIPT)
+        if proc is not None:
+            return proc
+    driver = Driver.read(NAME)
+    return process_named(driver.pid, SCRIPT) if driver else None
+
+
+def running() -> EndpointStatus | None:
+    """The endpoint's report, if it is up: its process lives and it has said so lately."""
+    st = EndpointStatus.read()
+    if st is None or st.state != "running" or endpoint_process() is None:
+        return None
+    return st if time.time() - st.updated_at < HEARTBEAT_TIMEOUT else None
+
+
+@dataclass(frozen=True)
+class Served:
+    driver: Driver
+    status: EndpointStatus
+
+    def summary(self) -> str:
+        s = self.status
+        return (
+            f"serving {len(s.tables)} table(s) on {Endpoint(s.host, s.port).jdbc_url()} "
+            f"(auth {s.auth}, {'writes allowed' if s.allow_writes else 'read-only'}, metastore: {s.metastore}); "
+            f"pid {self.driver.pid}, log {self.driver.log}"
+        )
+
+
+def serve(target: SparkTarget, endpoint: Endpoint, *, by: str, timeout: float = 300.0) -> Served:
+    """Start the endpoint detached; return once it accepts connections."""
+    if endpoint_process() is not None:
+        raise AlreadyRunning("the SQL endpoint is already running (`sluice sql status`)")
+    if endpoint.auth == "password" and not passwords.users(password_file()):
+        raise InvalidInput(f"password authentication needs a user in {password_file()}: run `sluice sql passwd USER`")
+    if _listening(endpoint.client_host, endpoint.port):
+        raise InvalidInput(f"port {endpoint.port} on {endpoint.host} is taken: choose another with --port")
+    command, env = target.launch_command(endpoint_submission(endpoint, master=target.master))
+    driver = launch_detached(NAME, command, env, launched_by=by)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        st = EndpointStatus.read()
+        if st and st.updated_at >= driver.launched_at:
+            if st.state == "failed":
+                raise StartFailed(f"the SQL endpoint failed to start: {st.error}\n{log_tail(driver.log)}")
+            if st.state == "running" and _listening(endpoint.client_host, endpoint.port):
+                return Served(driver, st)
+        if not alive(driver.pid):
+            raise StartFailed(f"the SQL endpoint's spark-submit (pid {driver.pid}) exited\n{log_tail(driver.log)}")
+        time.sleep(0.3)
+    raise StartFailed(f"the SQL endpoint did not accept connections within {timeout:.0f}s\n{log_tail(driver.log)}")
+
+
+def stop(*, by: str, timeout: float = 60.0, grace: float = 15.0) -> str:
+    driver = Driver.read(NAME)
+    if driver is not None:
+        driver.desired, driver.stopped_at, driver.stopped_by = "stopped", time.time(), by
+        driver.save()
+    proc = endpoint_process()
+    if proc is None:
+        return "the SQL endpoint is not running"
+    started = time.monotonic()
+    graceful = terminate(proc, process_named(driver.pid, SCRIPT) if driver else None, timeout=timeout, grace=grace)
+    how = "" if graceful else f" (it did not stop within {timeout:.0f}s; its process group was terminated)"
+    return f"stopped the SQL endpoint in {time.monotonic() - started:.1f}s{how}"
+
+
+@dataclass(frozen=True)
+class EndpointReport:
+    up: bool
+    desired: str | None  # what was asked last: running or stopped
+    status: EndpointStatus | None
+    driver: Driver | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "up": self.up,
+            "desired": self.desired,
+            "status": asdict(self.status) if self.status else None,
+            "driver": asdict(self.driver) if self.driver else None,
+        }
+
+
+def status() -> EndpointReport:
+    driver = Driver.read(NAME)
+    return EndpointReport(running() is not None, driver.desired if driver else None, EndpointStatus.read(), driver)
+
+
+def keep_up(target: SparkTarget, endpoint: Endpoint, *, by: str) -> Served | None:
+    """One supervision pass: start the endpoint unless it runs or was stopped on purpose.
+    A hung endpoint (alive, silent) is stopped and started again."""
+    driver = Driver.read(NAME)
+    if driver is not None and driver.desired == "stopped":
+        return None
+    if running() is not None:
+        return None
+    if endpoint_process() is not None:
+        stop(by=by)
+    return serve(target, endpoint, by=by)
+
+
+def open_session(
+    *, user: str | None = None, password: str | None = None, warn: Callable[[str], None] = lambda _: None
+) -> SqlSession:
+    """The endpoint when it runs (it owns the catalog then); a local Spark session otherwise."""
+    st = running()
+    if st is not None:
+        return EndpointSession(
+            Endpoint(st.host, st.port).client_host, st.port, auth=st.auth, user=user, password=password
+        )
+    from jobs.sql import LocalSession  # Spark starts only when there is no endpoint
+
+    return LocalSession(warn)
+
+
+def _listening(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(1.0)
+        return s.connect_ex((host, port)) == 0

@@ -1,0 +1,73 @@
+"""What the catalog holds: each pipeline's table and quarantine as an external table of the
+``sluice`` database, by location, with the spec's description as its comment.
+
+Only the statements are made here; ``jobs/catalog.py`` runs them in the Spark session that
+owns the metastore.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sluice.spec import Pipeline
+from sluice.sql.settings import DATABASE
+
+TABLE_FORMATS = ("delta", "parquet")
+
+
+@dataclass(frozen=True)
+class CatalogTable:
+    name: str  # unqualified: the pipeline's name, or <name>_quarantine
+    format: str
+    location: str
+    comment: str
+
+    @property
+    def qualified(self) -> str:
+        return f"{quote(DATABASE)}.{quote(self.name)}"
+
+    def create(self) -> str:
+        """Registers the table where it is; the schema and partitions come from its files."""
+        return (
+            f"CREATE TABLE IF NOT EXISTS {self.qualified} USING {self.format} "
+            f"LOCATION {literal(self.location)} COMMENT {literal(self.comment)}"
+        )
+
+    def drop(self) -> str:
+        """Forgets the table; an external table's files stay where they are."""
+        return f"DROP TABLE IF EXISTS {self.qualified}"
+
+
+def catalog_tables(pipelines: list[Pipeline]) -> list[CatalogTable]:
+    """The tables of every pipeline that writes tables (a continuous branch writes Kafka)."""
+    tables = []
+    for p in pipelines:
+        fmt = p.spec.sink.format
+        if fmt not in TABLE_FORMATS:
+            continue
+        about = " ".join(p.spec.description.split()) or f"Events of the {p.name} pipeline."
+        owner = f" Owner: {p.spec.owner}."
+        tables.append(CatalogTable(p.name, fmt, p.sink_path, about + owner))
+        tables.append(
+            CatalogTable(
+                p.quarantine_table,
+                fmt,
+                p.quarantine_path,
+                f"Records of the {p.name} pipeline that could not be parsed or failed a rule, "
+                f"with the reason and the raw value.{owner}",
+            )
+        )
+    return tables
+
+
+def database_statement() -> str:
+    return f"CREATE DATABASE IF NOT EXISTS {quote(DATABASE)} COMMENT 'The tables Sluice pipelines write'"
+
+
+def quote(identifier: str) -> str:
+    return "`" + identifier.replace("`", "``") + "`"
+
+
+def literal(text: str) -> str:
+    """A Spark SQL string literal (backslashes and quotes escaped)."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"

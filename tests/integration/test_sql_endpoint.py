@@ -1,0 +1,230 @@
+"""The SQL endpoint as analysts and BI tools use it: Spark's Thrift server on the embedded
+Derby catalog, with password logins, reached by beeline over JDBC, by PyHive through
+SQLAlchemy's ``hive://`` URL (Superset's way) and by ``sluice sql``; read-only for all of them.
+
+One endpoint serves the whole module; its tables come from a real ingest run, and every
+expected count is computed from the tables by delta-rs and pyarrow, not by Spark.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+
+from sluice.dev.generate import EventGenerator
+from sluice.dev.ports import free_port
+from sluice.dev.produce import send, synthetic
+from sluice.ops import sql as ops
+from sluice.ops.submit import spark_home
+from sluice.ops.target import LocalTarget
+from sluice.spec import Pipeline
+from sluice.sql import passwords
+from sluice.sql.client import EndpointSession, SqlError
+from sluice.sql.settings import Endpoint
+from tests.fixtures import make_pipeline, new_topic, read_without_spark, run_available_now
+
+pytestmark = pytest.mark.integration
+
+# No spaces: beeline's launcher script splits a password at them (its bug, not the server's).
+USER, PASSWORD = "analyst", "c0rrect-h0rse:battery!staple"
+RECORDS = 600
+
+#: Per Kafka partition: good rows and quarantined records, side by side (a join of the two).
+JOIN = """
+SELECT g._kafka_partition AS p, g.good, q.bad
+FROM (SELECT _kafka_partition, count(*) AS good FROM {name} GROUP BY _kafka_partition) g
+JOIN (SELECT _kafka_partition, count(*) AS bad FROM {name}_quarantine GROUP BY _kafka_partition) q
+  ON g._kafka_partition = q._kafka_partition
+ORDER BY p
+"""
+
+
+@dataclass(frozen=True)
+class Served:
+    endpoint: Endpoint
+    pipeline: Pipeline
+    folder: Path
+    expected: list[tuple[int, int, int]]  # (partition, good, bad), from delta-rs
+
+    def session(self, password: str = PASSWORD) -> EndpointSession:
+        return EndpointSession("127.0.0.1", self.endpoint.port, auth="password", user=USER, password=password)
+
+
+def counts_by_partition(pipeline: Pipeline) -> list[tuple[int, int, int]]:
+    fmt = pipeline.spec.sink.format
+    good = Counter(read_without_spark(fmt, pipeline.sink_path, ["_kafka_partition"]).column(0).to_pylist())
+    bad = Counter(read_without_spark(fmt, pipeline.quarantine_path, ["_kafka_partition"]).column(0).to_pylist())
+    return sorted((p, good[p], bad[p]) for p in good.keys() & bad.keys())
+
+
+def total_rows(pipeline: Pipeline) -> int:
+    fmt = pipeline.spec.sink.format
+    return sum(
+        read_without_spark(fmt, p, ["_kafka_offset"]).num_rows for p in (pipeline.sink_path, pipeline.quarantine_path)
+    )
+
+
+def ingest(spark, broker, folder: Path, **fields) -> Pipeline:
+    topic = new_topic(broker, partitions=2, prefix="sql")
+    pipeline = make_pipeline(folder, topic, **fields)
+    send(broker.bootstrap, topic, synthetic(EventGenerator(pipeline, seed=14), RECORDS, bad_fraction=0.1))
+    run_available_now(spark, pipeline)
+    return pipeline
+
+
+@pytest.fixture(scope="module")
+def served(spark, broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    folder = tmp_path_factory.mktemp("sql-pipelines")
+    pipeline = ingest(spark, broker, folder, name="sql_signals")
+    expected = counts_by_partition(pipeline)
+    assert expected and total_rows(pipeline) == RECORDS
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("SLUICE_PIPELINES", str(folder))
+        env.setenv("SLUICE_SQL_PASSWORD_FILE", str(folder / "passwords"))
+        passwords.set_password(folder / "passwords", USER, PASSWORD)
+        endpoint = Endpoint("127.0.0.1", free_port(), "password")
+        started = ops.serve(LocalTarget(), endpoint, by="test")
+        assert set(started.status.tables) == {"sql_signals", "sql_signals_quarantine"}
+        try:
+            yield Served(endpoint, pipeline, folder, expected)
+        finally:
+            said = ops.stop(by="test")
+            assert said.startswith("stopped the SQL endpoint") and "terminated" not in said, said
+
+
+def test_beeline_over_jdbc_joins_a_table_with_its_quarantine(served: Served) -> None:
+    beeline = Path(spark_home()) / "bin" / "beeline"
+    query = JOIN.format(name="sql_signals").replace("\n", " ")
+    done = subprocess.run(
+        [
+            *(str(beeline), "-u", served.endpoint.jdbc_url(), "-n", USER, "-p", PASSWORD),
+            "--silent=true",
+            "-e",
+            query,
+            "--outputformat=csv2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=os.environ | {"SPARK_HOME": spark_home()},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+    # beeline prints its prompt before the header: keep the lines that are all numbers
+    rows = [line.split(",") for line in done.stdout.splitlines() if line.replace(",", "").isdigit()]
+    assert [tuple(int(v) for v in r) for r in rows] == served.expected
+
+
+def test_sqlalchemy_hive_url_joins_a_table_with_its_quarantine(served: Served) -> None:
+    import sqlalchemy as sa
+
+    url = served.endpoint.sqlalchemy_url(USER).replace(":PASSWORD@", f":{quote(PASSWORD, safe='')}@")
+    engine = sa.create_engine(url)
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text(JOIN.format(name="sql_signals"))).fetchall()
+        columns = {c["name"] for c in sa.inspect(conn).get_columns("sql_signals_quarantine")}
+    engine.dispose()
+    assert [tuple(r) for r in rows] == served.expected
+    assert {"reason", "raw_text", "_kafka_offset", "date"} <= columns
+
+
+WRITES = [
+    "INSERT INTO sql_signals_quarantine SELECT * FROM sql_signals_quarantine",
+    "UPDATE sql_signals SET device_type = 'x'",
+    "DELETE FROM sql_signals",
+    "MERGE INTO sql_signals t USING sql_signals s ON t._kafka_offset = s._kafka_offset WHEN MATCHED THEN DELETE",
+    "DROP TABLE sql_signals",
+    "ALTER TABLE sql_signals SET TBLPROPERTIES ('a' = 'b')",
+    "CREATE TABLE copied AS SELECT * FROM sql_signals",
+    "CREATE TABLE empty_one (a INT)",
+    "TRUNCATE TABLE sql_signals",
+    "VACUUM sql_signals",
+    "OPTIMIZE sql_signals",
+    "DELETE FROM delta.`{path}`",
+    "DROP DATABASE sluice CASCADE",
+    "ADD JAR /tmp/anything.jar",
+]
+
+
+def test_writes_are_refused_with_a_clear_error_and_change_nothing(served: Served) -> None:
+    session = served.session()
+    try:
+        # A client cannot lift the rule for itself: it is read from the server's start-up settings.
+        session.run("SET spark.sluice.sql.allowWrites=true")
+        for statement in WRITES:
+            with pytest.raises(SqlError) as refused:
+                session.run(statement.format(path=served.pipeline.sink_path))
+            assert "read-only" in str(refused.value) and "--allow-writes" in str(refused.value), statement
+        assert session.run("SELECT count(*) FROM sql_signals").rows == [(sum(g for _, g, _ in served.expected),)]
+        assert [r[1] for r in session.run("SHOW TABLES IN sluice").rows] == ["sql_signals", "sql_signals_quarantine"]
+        described = session.run("DESCRIBE TABLE sql_signals").rows
+        assert ("device_type", "string") in [(r[0], r[1]) for r in described]
+    finally:
+        session.close()
+    assert counts_by_partition(served.pipeline) == served.expected
+
+
+def test_a_wrong_password_is_refused(served: Served) -> None:
+    with pytest.raises(SqlError, match="wrong user name or password"):
+        served.session(password="not it")
+    cli = sluice_cli("SELECT 1", env={"SLUICE_SQL_PASSWORD": "not it", "SLUICE_SQL_USER": USER}, served=served)
+    assert cli.returncode == 2 and "wrong user name or password" in cli.stderr, cli.stderr
+
+
+def sluice_cli(*args: str, served: Served, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sluice.cli", "sql", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=os.environ
+        | {"SLUICE_PIPELINES": str(served.folder), "SLUICE_SQL_PASSWORD_FILE": str(served.folder / "passwords")}
+        | (env or {}),
+    )
+
+
+def test_sluice_sql_goes_through_the_endpoint_in_each_format(served: Served) -> None:
+    login = {"SLUICE_SQL_USER": USER, "SLUICE_SQL_PASSWORD": PASSWORD}
+    query = JOIN.format(name="sql_signals")
+    as_csv = sluice_cli(query, "--format", "csv", served=served, env=login)
+    assert as_csv.returncode == 0, as_csv.stderr
+    # No JVM started: the endpoint answered (a local session prints Java's start-up warning).
+    assert "jdk.incubator" not in as_csv.stderr
+    assert as_csv.stdout.splitlines() == ["p,good,bad", *(f"{p},{g},{b}" for p, g, b in served.expected)]
+    as_json = sluice_cli(query, "-f", "json", served=served, env=login)
+    import json
+
+    assert json.loads(as_json.stdout) == [{"p": p, "good": g, "bad": b} for p, g, b in served.expected]
+    as_table = sluice_cli("SELECT reason FROM sql_signals_quarantine", "--limit", "3", served=served, env=login)
+    assert as_table.returncode == 0 and "(first 3 rows" in as_table.stderr
+    refused = sluice_cli("DROP TABLE sql_signals", served=served, env=login)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "read-only" in refused.stderr
+    status = sluice_cli("status", served=served)
+    assert f"up: jdbc:hive2://127.0.0.1:{served.endpoint.port}/sluice (auth password, read-only)" in status.stdout
+
+
+def test_a_new_pipeline_is_served_once_it_has_written_parquet_included(served: Served, spark, broker) -> None:
+    """Registration follows the first write, and a Parquet table is read through its commit
+    log: a data file no commit lists (a crashed batch's) is not counted."""
+    late = ingest(spark, broker, served.folder, name="sql_late", sink={"format": "parquet"})
+    orphan = next(Path(late.sink_path).glob("date=*/*.parquet"))
+    (orphan.parent / "part-99999-uncommitted.parquet").write_bytes(orphan.read_bytes())
+    expected = counts_by_partition(late)
+    assert expected and total_rows(late) == RECORDS
+    session = served.session()
+    try:
+        deadline = time.monotonic() + 60
+        while not {"sql_late", "sql_late_quarantine"} <= {r[1] for r in session.run("SHOW TABLES IN sluice").rows}:
+            assert time.monotonic() < deadline, "sql_late was not registered within 60 s of its first write"
+            time.sleep(1)
+        assert [tuple(r) for r in session.run(JOIN.format(name="sql_late")).rows] == expected
+    finally:
+        session.close()
