@@ -13,7 +13,7 @@ JARS  := $(SLUICE_JARS)
 UV    := $(BIN)/uv
 MVN   := mvn -q -B
 
-.PHONY: setup demo airflow test lint types unit bench bench-latency bench-expectations bench-throughput bench-memory profile-ingest clean distclean help
+.PHONY: setup demo airflow test lint types unit bench bench-latency bench-expectations bench-throughput bench-memory bench-sql profile-ingest clean distclean help
 
 help:
 	@echo "make demo   set up, then run the device-signal and payment pipelines end to end"
@@ -25,15 +25,17 @@ help:
 	@echo "make bench-expectations  ingest throughput with vs without the in-stream row rules (~6 min)"
 	@echo "make bench-throughput    Sluice vs plain Spark vs a hand-written consumer, fixed cost, scale"
 	@echo "make bench-memory        RSS of the embedded stack: Airflow, Kafka and one stream (~6 min)"
+	@echo "make bench-sql           query latency: the SQL endpoint vs sluice sql without it (~20 min)"
 	@echo "make profile-ingest      one sluice run under Java Flight Recorder and py-spy: top frames"
 	@echo "make clean  stop the broker and remove local state (tables, checkpoints, broker data)"
 
 setup: $(BIN)/.installed $(AIRFLOW_VENV)/bin/.installed $(JARS)/kafka/.installed $(JARS)/spark/.installed $(JARS)/web/.installed \
        $(JARS)/metastore/.installed $(JARS)/sluice/sluice-sql.jar
 
-# Java 17 and Maven come from the OS packages when missing (Debian/Ubuntu, as root).
+# Java 17 (a JDK: the SQL endpoint's two classes are compiled) and Maven come from the OS
+# packages when missing (Debian/Ubuntu, as root).
 $(SLUICE_HOME)/.tools:
-	@command -v java >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1 || { \
+	@command -v javac >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1 || { \
 	  echo "installing Java 17 and Maven (apt-get)"; \
 	  apt-get update -qq && apt-get install -y -qq openjdk-17-jdk-headless maven >/dev/null; }
 	@java -version 2>&1 | head -1 | grep -Eq '"(1[7-9]|2[0-9])' || { echo "Java 17+ is required"; exit 1; }
@@ -106,7 +108,7 @@ test: lint types $(SLUICE_HOME)/.postgres
 unit: setup
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
-bench: bench-latency bench-expectations bench-throughput bench-memory
+bench: bench-latency bench-expectations bench-throughput bench-memory bench-sql
 
 bench-latency: setup
 	$(BIN)/python benchmarks/latency.py
@@ -119,6 +121,9 @@ bench-throughput: setup
 
 bench-memory: setup
 	$(BIN)/python benchmarks/memory.py
+
+bench-sql: setup
+	$(BIN)/python benchmarks/sql.py
 
 profile-ingest: setup
 	$(BIN)/python benchmarks/profile_ingest.py

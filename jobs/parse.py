@@ -88,7 +88,9 @@ def flat_rows(good: DataFrame, pipeline: Pipeline) -> DataFrame:
         good = good.select("*", F.expr(f"explode_outer({ex.expr})").alias(ex.alias))
     dp = pipeline.spec.date_partition
     return good.select(
-        *[F.expr(c.expr).alias(c.name) for c in plan.columns],
+        # A field's COMMENT in the schema becomes the column's comment (Delta keeps it when
+        # it creates the table; an existing table keeps the comments it has).
+        *[F.expr(c.expr).alias(c.name, metadata={"comment": c.comment} if c.comment else None) for c in plan.columns],
         *_lineage(),
         F.col(q.EVENT_TS).alias(flatten.EVENT_TIME),
         F.current_timestamp().alias(flatten.INGESTED_AT),

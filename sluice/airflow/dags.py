@@ -8,6 +8,8 @@ held while it runs. The last task publishes the table's Asset when new batches l
 
 Per Delta spec ``sluice_<name>_maintenance``: OPTIMIZE recent partitions, then VACUUM.
 
+``sluice_sql_endpoint`` keeps the SQL endpoint up (see :mod:`sluice.ops.sql`).
+
 Per spec with expectations ``sluice_<name>_quality``: Great Expectations on the newest date
 partitions, on the table's asset (after new batches landed) or a schedule, or on a date
 range from the trigger form. A failed critical expectation fails it; warnings are logged.
@@ -23,7 +25,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk import DAG, Asset, get_current_context, task
+from airflow.sdk import DAG, Asset, Param, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from sluice.airflow import tasks
@@ -183,6 +185,36 @@ def quality_dag(pipeline: Pipeline) -> DAG:
     return dag
 
 
+def sql_endpoint_dag() -> DAG:
+    """Keeps the SQL endpoint up: every five minutes it is started unless it runs or was
+    stopped on purpose; triggered, the form starts, stops or restarts it."""
+    with DAG(
+        dag_id="sluice_sql_endpoint",
+        description="Keeps the JDBC/ODBC endpoint (Spark's Thrift server) on the pipelines' tables up.",
+        doc_md=(
+            "### SQL endpoint\n\nSpark's Thrift JDBC/ODBC server on the catalog of every pipeline's tables "
+            "(database `sluice`), read-only. Scheduled runs **supervise**: start it unless it runs or was "
+            "stopped on purpose; a hung one is restarted. Trigger with a config to **start**, **stop** or "
+            "**restart** it. Where it listens and how clients log in come from the worker's `SLUICE_SQL_*` "
+            "settings; see the README's *Query the tables*."
+        ),
+        schedule="*/5 * * * *",
+        start_date=START_DATE,
+        catchup=False,
+        max_active_runs=1,
+        default_args={"owner": "sluice", "retries": 1, "retry_delay": timedelta(seconds=30)},
+        params={"action": Param("supervise", enum=["supervise", "start", "stop", "restart"], title="Action")},
+        tags=["sluice", "sql"],
+    ) as dag:
+
+        @task(task_id="endpoint")
+        def endpoint() -> None:
+            tasks.sql_endpoint(str(get_current_context()["params"]["action"]))
+
+        endpoint()
+    return dag
+
+
 def invalid_spec_dag(spec_file: Path, error: str) -> DAG:
     """A spec that does not validate still shows up, tagged, with its error; its run fails."""
     with DAG(
@@ -206,7 +238,7 @@ def invalid_spec_dag(spec_file: Path, error: str) -> DAG:
 
 def build_dags() -> dict[str, DAG]:
     """Every spec in the pipelines folder as DAGs, keyed by DAG id."""
-    dags: list[DAG] = []
+    dags: list[DAG] = [sql_endpoint_dag()]
     for spec_file, pipeline in load_all():  # a spec clashing with an earlier one is an error here
         if isinstance(pipeline, SpecError):
             dags.append(invalid_spec_dag(spec_file, str(pipeline)))

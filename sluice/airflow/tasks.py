@@ -81,6 +81,30 @@ def control(spec_path: str, action: str) -> None:
                 _log_started(done.started, target.master)
 
 
+def sql_endpoint(action: str) -> None:
+    """supervise (start unless running or stopped on purpose), start, stop or restart the
+    SQL endpoint, with the settings of this worker's environment (``SLUICE_SQL_*``)."""
+    from sluice.airflow.target import AirflowTarget
+    from sluice.ops import sql
+    from sluice.ops.stream import log_tail
+    from sluice.sql.settings import Endpoint
+
+    by = _who()
+    with as_task_state():
+        target, endpoint = AirflowTarget(), Endpoint.from_env()
+        if action in ("stop", "restart"):
+            log.info("%s", sql.stop(by=by))
+        if action == "stop":
+            return
+        served = sql.keep_up(target, endpoint, by=by) if action == "supervise" else sql.serve(target, endpoint, by=by)
+    if served is None:
+        report = sql.status()
+        log.info("the SQL endpoint is %s", "up" if report.up else f"left {report.desired} on purpose")
+        return
+    log.info("launched the SQL endpoint on %s: %s", target.master, served.summary())
+    log_driver_lines(log_tail(served.driver.log))
+
+
 def plan_backfill(spec_path: str) -> str:
     """The form's range as an exact plan (JSON, for the next task); an empty one skips the run."""
     from sluice.ops import backfill

@@ -35,7 +35,7 @@ from sluice.spec.columns import (  # noqa: F401 - the plan's names, as its users
     METADATA_COLUMNS,
     PARSED,
 )
-from sluice.spec.schema import Array, DataType, Struct
+from sluice.spec.schema import Array, DataType, Field, Struct
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_]")
 
@@ -56,6 +56,8 @@ class Column:
     expr: str  # Spark SQL expression over the parsed event or an exploded alias
     name: str
     type: DataType
+    #: The schema's COMMENT of the field, if any: the table column's comment.
+    comment: str = ""
 
 
 @dataclass(frozen=True)
@@ -114,9 +116,9 @@ def plan_flatten(
                 if isinstance(element, Struct) and _plain(dotted) not in keep_set:
                     walk(element, f"{dotted}[]", quote(alias), name)
                 else:
-                    columns.append(Column(f"{dotted}[]", quote(alias), _safe(name), element))
+                    columns.append(Column(f"{dotted}[]", quote(alias), _safe(name), element, _comment(f)))
             else:
-                columns.append(Column(dotted, expr, _safe(name), f.type))
+                columns.append(Column(dotted, expr, _safe(name), f.type, _comment(f)))
 
     walk(schema, "", PARSED, "")
     _check_collisions(columns, reserved)
@@ -124,6 +126,11 @@ def plan_flatten(
     if unused:  # an explode under a kept struct is never reached
         raise FlattenError("flatten.explode", f"cannot explode {sorted(unused)}: it sits inside a kept struct")
     return FlattenPlan(tuple(columns), tuple(explodes))
+
+
+def _comment(f: Field) -> str:
+    comment = f.metadata.get("comment")
+    return comment if isinstance(comment, str) else ""
 
 
 def _plain(dotted: str) -> str:

@@ -91,7 +91,8 @@ def server_message(exc: BaseException) -> str:
     status = getattr(exc.args[0], "status", None) if exc.args else None
     text = getattr(status, "errorMessage", None) or str(exc)
     text = re.sub(r"^Error running query:\s*", "", text.strip())
-    text = re.sub(r"^(?:[a-z]+\.)+[A-Z]\w*(?:Exception|Error):\s*", "", text)
+    text = re.sub(r"(?:[a-z]+\.)+[A-Z]\w*(?:Exception|Error):\s*", "", text)  # Java class names
+    text = re.sub(r"^(\[[A-Z_.]+\])\s+\1\s*", r"\1 ", text)  # "[CLASS] [CLASS] ..." once
     return text.splitlines()[0] if text else "the endpoint reported an error without a message"
 
 

@@ -80,16 +80,26 @@ def metastore_conf(home: Path | None = None) -> dict[str, str]:
     conf = {
         "spark.sql.catalogImplementation": "hive",
         "spark.sql.warehouse.dir": str(home / "metastore" / "warehouse"),
-        # The schema is created on first use; Spark's built-in Hive client is 2.3.
-        "spark.hadoop.datanucleus.schema.autoCreateAll": "true",
+        # The metastore's own tables are created on first use (Spark's Hive client is 2.3).
+        "spark.hadoop.datanucleus.schema.autoCreateTables": "true",
+        "spark.hadoop.datanucleus.schema.autoCreateColumns": "true",
         "spark.hadoop.hive.metastore.schema.verification": "false",
     }
     if not url:
         derby = home / "metastore" / "derby"
-        return conf | {"spark.hadoop.javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={derby};create=true"}
+        return conf | {
+            "spark.hadoop.datanucleus.schema.autoCreateAll": "true",
+            "spark.hadoop.javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={derby};create=true",
+        }
     if not url.startswith("jdbc:postgresql://"):
         raise InvalidInput(f"SLUICE_METASTORE_URL must be a jdbc:postgresql:// URL, not {url!r}")
     return conf | {
+        # DataNucleus creates the metastore's tables as it first needs each one, on a second
+        # connection; adding a foreign key to a table the first connection is writing then
+        # waits for it forever (seen: TBL_PRIVS -> TBLS while a table is registered). The
+        # metastore keeps its rows consistent itself, so its tables go without those keys.
+        "spark.hadoop.datanucleus.schema.autoCreateAll": "false",
+        "spark.hadoop.datanucleus.schema.autoCreateConstraints": "false",
         "spark.hadoop.javax.jdo.option.ConnectionURL": url,
         "spark.hadoop.javax.jdo.option.ConnectionDriverName": "org.postgresql.Driver",
         "spark.hadoop.javax.jdo.option.ConnectionUserName": os.environ.get("SLUICE_METASTORE_USER", ""),

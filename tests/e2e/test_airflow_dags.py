@@ -57,6 +57,7 @@ def test_every_shipped_spec_yields_its_dags(airflow) -> None:
         {f"sluice_{p.name}" for p in pipelines}
         | {f"sluice_{p.name}_maintenance" for p in pipelines if p.spec.sink.format == "delta"}
         | {f"sluice_{p.name}_quality" for p in pipelines if p.spec.expectations.declared}
+        | {"sluice_sql_endpoint"}
     )
     assert set(bag["dags"]) == expected
     assert "sluice_payments_quality" in expected
@@ -116,6 +117,7 @@ def test_an_invalid_spec_shows_up_as_a_failing_tagged_dag(airflow, tmp_path) -> 
         "sluice_payments_quality",
         "sluice_broken",
         "sluice_twin",
+        "sluice_sql_endpoint",
     } == set(bag["dags"])
     broken = bag["dags"]["sluice_broken"]
     assert "invalid-spec" in broken["tags"]
@@ -169,3 +171,27 @@ def test_the_airflow_target_builds_the_local_command_through_the_provider(airflo
         "StreamUnhealthy": "AirflowFailException",
         "JobFailed": "RuntimeError",
     }
+
+
+def test_the_sql_endpoint_dag_keeps_the_endpoint_up_unless_stopped_on_purpose(airflow, tmp_path) -> None:
+    from sluice.dev.ports import free_port
+    from sluice.ops import sql
+
+    port = free_port()
+    env = {"SLUICE_PIPELINES": str(tmp_path), "SLUICE_SQL_PORT": str(port)}
+    try:
+        up = airflow.dags_test("sluice_sql_endpoint", {"action": "supervise"}, env=env)
+        assert up.state == "success", up.log[-3000:]
+        assert "launched the SQL endpoint on local[2]: serving 0 table(s)" in up.log
+        running = sql.running()
+        assert running is not None and running.port == port and not running.allow_writes
+        again = airflow.dags_test("sluice_sql_endpoint", {"action": "supervise"}, env=env)
+        assert again.state == "success" and "the SQL endpoint is up" in again.log
+        stopped = airflow.dags_test("sluice_sql_endpoint", {"action": "stop"}, env=env)
+        assert stopped.state == "success" and "stopped the SQL endpoint" in stopped.log
+        assert sql.running() is None
+        left = airflow.dags_test("sluice_sql_endpoint", {"action": "supervise"}, env=env)
+        assert left.state == "success" and "left stopped on purpose" in left.log
+        assert sql.running() is None
+    finally:
+        sql.stop(by="test")

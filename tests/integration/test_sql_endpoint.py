@@ -9,6 +9,7 @@ expected count is computed from the tables by delta-rs and pyarrow, not by Spark
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -101,17 +102,14 @@ def served(spark, broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
             assert said.startswith("stopped the SQL endpoint") and "terminated" not in said, said
 
 
+CSV = ("--silent=true", "--outputformat=csv2")  # before -e: beeline reads its options in order
+
+
 def test_beeline_over_jdbc_joins_a_table_with_its_quarantine(served: Served) -> None:
     beeline = Path(spark_home()) / "bin" / "beeline"
     query = JOIN.format(name="sql_signals").replace("\n", " ")
     done = subprocess.run(
-        [
-            *(str(beeline), "-u", served.endpoint.jdbc_url(), "-n", USER, "-p", PASSWORD),
-            "--silent=true",
-            "-e",
-            query,
-            "--outputformat=csv2",
-        ],
+        [str(beeline), "-u", served.endpoint.jdbc_url(), "-n", USER, "-p", PASSWORD, *CSV, "-e", query],
         capture_output=True,
         text=True,
         timeout=120,
@@ -164,9 +162,13 @@ def test_writes_are_refused_with_a_clear_error_and_change_nothing(served: Served
                 session.run(statement.format(path=served.pipeline.sink_path))
             assert "read-only" in str(refused.value) and "--allow-writes" in str(refused.value), statement
         assert session.run("SELECT count(*) FROM sql_signals").rows == [(sum(g for _, g, _ in served.expected),)]
-        assert [r[1] for r in session.run("SHOW TABLES IN sluice").rows] == ["sql_signals", "sql_signals_quarantine"]
+        # The catalog is persistent: tables other tests' pipelines registered are there too.
+        listed = [r[1] for r in session.run("SHOW TABLES IN sluice").rows]
+        assert {"sql_signals", "sql_signals_quarantine"} <= set(listed)
         described = session.run("DESCRIBE TABLE sql_signals").rows
         assert ("device_type", "string") in [(r[0], r[1]) for r in described]
+        # The schema's COMMENT of a field is the column's comment.
+        assert ("signal", "double", "signal strength, dBm") in [tuple(r) for r in described]
     finally:
         session.close()
     assert counts_by_partition(served.pipeline) == served.expected
@@ -228,3 +230,23 @@ def test_a_new_pipeline_is_served_once_it_has_written_parquet_included(served: S
         assert [tuple(r) for r in session.run(JOIN.format(name="sql_late")).rows] == expected
     finally:
         session.close()
+
+
+def test_the_shell_runs_multi_line_statements_and_lists_tables(served: Served) -> None:
+    typed = "SELECT count(*) AS n\n  FROM sql_signals_quarantine;\n\\f csv\n\\d\nSELECT nope;\n\\q\n"
+    done = subprocess.run(
+        [sys.executable, "-m", "sluice.cli", "sql"],
+        input=typed,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=os.environ
+        | {"SLUICE_PIPELINES": str(served.folder), "SLUICE_SQL_USER": USER, "SLUICE_SQL_PASSWORD": PASSWORD},
+    )
+    assert done.returncode == 0, done.stderr
+    p = served.pipeline
+    bad = read_without_spark(p.spec.sink.format, p.quarantine_path, ["_kafka_offset"]).num_rows
+    assert f"connected to the endpoint at 127.0.0.1:{served.endpoint.port}" in done.stdout
+    assert re.search(rf"┃\s+n\s+┃.*│\s+{bad}\s+│", done.stdout, re.S), done.stdout
+    assert "sluice,sql_signals,False" in done.stdout and "sluice,sql_signals_quarantine,False" in done.stdout
+    assert "error: [UNRESOLVED_COLUMN.WITHOUT_SUGGESTION] A column" in done.stdout

@@ -96,3 +96,9 @@ def test_keep_leaves_a_struct_whole_and_unsafe_characters_become_underscores() -
     s = parse_ddl("`$schema` STRING, meta STRUCT<`dt-iso`: STRING>, geo STRUCT<lat: DOUBLE>")
     plan = plan_flatten(s, keep=["geo"])
     assert plan.names == ["_schema", "meta_dt_iso", "geo"]
+
+
+def test_a_fields_comment_becomes_its_columns_comment() -> None:
+    s = parse_ddl("device STRUCT<id: STRING COMMENT 'the device', tags: ARRAY<STRING>>, signal DOUBLE COMMENT 'dBm'")
+    plan = plan_flatten(s, explode=["device.tags"])
+    assert {c.name: c.comment for c in plan.columns} == {"device_id": "the device", "device_tags": "", "signal": "dBm"}

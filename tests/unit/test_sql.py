@@ -32,7 +32,11 @@ def test_metastore_is_derby_under_home_unless_postgresql_is_named(tmp_path: Path
     conf = metastore_conf(tmp_path)
     assert conf["spark.hadoop.javax.jdo.option.ConnectionURL"].startswith(f"jdbc:derby:;databaseName={tmp_path}")
     monkeypatch.setenv("SLUICE_METASTORE_URL", "jdbc:postgresql://db:5432/hive")
-    assert metastore_conf(tmp_path)["spark.hadoop.javax.jdo.option.ConnectionDriverName"] == "org.postgresql.Driver"
+    pg = metastore_conf(tmp_path)
+    assert pg["spark.hadoop.javax.jdo.option.ConnectionDriverName"] == "org.postgresql.Driver"
+    # Foreign keys added lazily on a second connection wait forever on PostgreSQL (see settings).
+    assert pg["spark.hadoop.datanucleus.schema.autoCreateConstraints"] == "false"
+    assert pg["spark.hadoop.datanucleus.schema.autoCreateAll"] == "false"
     monkeypatch.setenv("SLUICE_METASTORE_URL", "jdbc:mysql://db/hive")
     with pytest.raises(InvalidInput, match="jdbc:postgresql"):
         metastore_conf(tmp_path)
@@ -113,6 +117,8 @@ def test_server_messages_lose_their_java_wrapping() -> None:
         status = Status()
 
     assert server_message(Exception(Response())) == "sluice: read-only"
+    Status.errorMessage = "[X_Y] org.apache.spark.sql.AnalysisException: [X_Y] no such column; line 1"
+    assert server_message(Exception(Response())) == "[X_Y] no such column; line 1"
 
 
 def test_sluice_sql_reads_a_first_word_as_a_query_unless_it_is_a_subcommand(monkeypatch) -> None:
