@@ -9,6 +9,7 @@ must not depend on the metastore.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 
 from py4j.protocol import Py4JJavaError
@@ -34,6 +35,7 @@ class LocalSession:
             "spark.sql.extensions": BASE_CONF["spark.sql.extensions"] + ",sluice.sql.ReadOnly",
             "spark.driver.extraClassPath": ":".join([*spark_jars(), *sql_jars()]),
             "spark.sql.hive.manageFilesourcePartitions": "false",
+            "spark.sluice.sql.databases": DATABASE,
             "spark.ui.enabled": "false",
         }
         self.spark = local_session("sluice-sql", conf=conf)
@@ -47,7 +49,9 @@ class LocalSession:
             catalog.sync(self.spark, pipelines, warn)
         except Exception as exc:
             self.spark.stop()
-            if "Another instance of Derby" in str(exc) or "Unable to instantiate" in str(exc):
+            if "Another instance of Derby" in str(exc) or (
+                "Unable to instantiate" in str(exc) and not os.environ.get("SLUICE_METASTORE_URL")
+            ):
                 raise SluiceError(
                     "the embedded Derby metastore is open in another Spark process (another `sluice sql`?): "
                     "start the endpoint with `sluice sql serve` so that clients share it"

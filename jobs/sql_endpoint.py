@@ -69,14 +69,16 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     log.info("serving %s on %s:%d (auth %s): %s", DATABASE, args.host, args.port, args.auth, ", ".join(status.tables))
     status.state = "running"
-    next_sync = time.monotonic() + SYNC_EVERY
-    while not stop.is_set():
-        if time.monotonic() >= next_sync:
+    # The heartbeat has a thread of its own: a slow registration (many tables, an object
+    # store) must not make the endpoint look hung to supervision.
+    beat = threading.Thread(target=_heartbeat, args=(status, stop), name="sluice-heartbeat", daemon=True)
+    beat.start()
+    while not stop.wait(SYNC_EVERY):
+        try:
             status.tables = _sync(spark)
-            next_sync = time.monotonic() + SYNC_EVERY
-        status.updated_at = time.time()
-        status.save()
-        stop.wait(1.0)
+        except Exception:  # the metastore away for a moment: the tables served stay, retry later
+            log.warning("registering tables failed; retrying in %.0f s", SYNC_EVERY, exc_info=True)
+    beat.join()
     status.state, status.updated_at = "stopped", time.time()
     status.save()
     spark.stop()
@@ -84,11 +86,28 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _heartbeat(status: EndpointStatus, stop: threading.Event) -> None:
+    while not stop.is_set():
+        status.updated_at = time.time()
+        status.save()
+        stop.wait(1.0)
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    """A table that cannot be registered is reported once, not at every pass."""
+    if message not in _warned:
+        _warned.add(message)
+        log.warning("%s", message)
+
+
 def _sync(spark: SparkSession) -> list[str]:
     pipelines, invalid = valid_pipelines()
     for exc in invalid:
-        log.warning("skipping a spec: %s", exc)
-    return catalog.sync(spark, pipelines, log.warning)
+        _warn_once(f"skipping a spec: {exc}")
+    return catalog.sync(spark, pipelines, _warn_once)
 
 
 if __name__ == "__main__":

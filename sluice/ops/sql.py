@@ -28,6 +28,9 @@ from sluice.sql.settings import Endpoint, password_file
 SCRIPT = "sql_endpoint.py"
 #: A running endpoint writes endpoint.json every second; this much silence means it hangs.
 HEARTBEAT_TIMEOUT = 30.0
+#: How long an endpoint may take to start (the metastore's schema, executors) before it is hung.
+START_TIMEOUT = 300.0
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def endpoint_process() -> psutil.Process | None:
@@ -66,6 +69,11 @@ def serve(target: SparkTarget, endpoint: Endpoint, *, by: str, timeout: float = 
     """Start the endpoint detached; return once it accepts connections."""
     if endpoint_process() is not None:
         raise AlreadyRunning("the SQL endpoint is already running (`sluice sql status`)")
+    if endpoint.auth == "none" and endpoint.host not in LOOPBACK:
+        raise InvalidInput(
+            f"the endpoint would listen on {endpoint.host} with no passwords: serve it with --auth password "
+            "(users: `sluice sql passwd USER`), or on 127.0.0.1"
+        )
     if endpoint.auth == "password" and not passwords.users(password_file()):
         raise InvalidInput(f"password authentication needs a user in {password_file()}: run `sluice sql passwd USER`")
     if _listening(endpoint.client_host, endpoint.port):
@@ -122,15 +130,20 @@ def status() -> EndpointReport:
 
 
 def keep_up(target: SparkTarget, endpoint: Endpoint, *, by: str) -> Served | None:
-    """One supervision pass: start the endpoint unless it runs or was stopped on purpose.
-    A hung endpoint (alive, silent) is stopped and started again."""
+    """One supervision pass: start the endpoint unless it runs, is starting, or was stopped on
+    purpose. A hung one (alive but silent) is terminated and started again; that is not a stop
+    on purpose, so the next pass keeps it up too."""
     driver = Driver.read(NAME)
     if driver is not None and driver.desired == "stopped":
         return None
     if running() is not None:
         return None
-    if endpoint_process() is not None:
-        stop(by=by)
+    proc = endpoint_process()
+    if proc is not None:
+        st = EndpointStatus.read()
+        if st is not None and st.state == "starting" and time.time() - st.updated_at < START_TIMEOUT:
+            return None
+        terminate(proc, process_named(driver.pid, SCRIPT) if driver else None, timeout=30, grace=10)
     return serve(target, endpoint, by=by)
 
 

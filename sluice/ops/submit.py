@@ -17,7 +17,7 @@ from typing import Any
 from sluice import config
 from sluice.errors import SluiceError
 from sluice.records.backfill import BackfillPlan
-from sluice.sql.settings import Endpoint
+from sluice.sql.settings import DATABASE, Endpoint
 
 JOBS_DIR = config.PROJECT_ROOT / "jobs"
 
@@ -214,6 +214,7 @@ def endpoint_submission(endpoint: Endpoint, *, master: str | None = None) -> Sub
         # a new date is visible without MSCK REPAIR.
         "spark.sql.hive.manageFilesourcePartitions": "false",
         "spark.sluice.sql.allowWrites": str(endpoint.allow_writes).lower(),
+        "spark.sluice.sql.databases": DATABASE,
     }
     if endpoint.allow_writes:
         args.append("--allow-writes")

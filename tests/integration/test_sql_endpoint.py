@@ -152,7 +152,20 @@ WRITES = [
 ]
 
 
-def test_writes_are_refused_with_a_clear_error_and_change_nothing(served: Served) -> None:
+#: Reads of anything but the catalog's tables, and code run on the server.
+ESCAPES = [
+    "SELECT * FROM text.`{secret}`",
+    "SELECT * FROM csv.`/etc/passwd`",
+    "SELECT TRANSFORM(device_type) USING 'cat' AS (x) FROM sql_signals",
+    "SELECT reflect('java.lang.System', 'getenv', 'HOME')",
+    "SELECT java_method('java.lang.System', 'getProperty', 'user.name')",
+    "SELECT try_reflect('java.lang.System', 'getenv', 'HOME')",
+    "SELECT count(*) FROM sql_signals WHERE device_type IN (SELECT reflect('java.util.UUID', 'randomUUID'))",
+    "SET spark.sql.catalog.mine=org.apache.spark.sql.execution.datasources.v2.jdbc.JDBCTableCatalog",
+]
+
+
+def test_writes_and_escapes_are_refused_with_a_clear_error_and_change_nothing(served: Served) -> None:
     session = served.session()
     try:
         # A client cannot lift the rule for itself: it is read from the server's start-up settings.
@@ -161,6 +174,16 @@ def test_writes_are_refused_with_a_clear_error_and_change_nothing(served: Served
             with pytest.raises(SqlError) as refused:
                 session.run(statement.format(path=served.pipeline.sink_path))
             assert "read-only" in str(refused.value) and "--allow-writes" in str(refused.value), statement
+        for statement in ESCAPES:
+            # A format that infers its schema reads files while Spark plans the query; the rule
+            # refuses that read, and Spark reports it as its own planning error.
+            with pytest.raises(SqlError, match="read-only|FAILED_TO_CREATE_PLAN_FOR_DIRECT_QUERY") as refused:
+                session.run(statement.format(folder=served.folder, secret=served.folder / "passwords"))
+            assert "--allow-writes" not in str(refused.value), statement
+        # A table's own location is the table: reading it by path is the same read.
+        assert session.run(f"SELECT count(*) FROM delta.`{served.pipeline.sink_path}`").rows == [
+            (sum(g for _, g, _ in served.expected),)
+        ]
         assert session.run("SELECT count(*) FROM sql_signals").rows == [(sum(g for _, g, _ in served.expected),)]
         # The catalog is persistent: tables other tests' pipelines registered are there too.
         listed = [r[1] for r in session.run("SHOW TABLES IN sluice").rows]
@@ -172,6 +195,33 @@ def test_writes_are_refused_with_a_clear_error_and_change_nothing(served: Served
     finally:
         session.close()
     assert counts_by_partition(served.pipeline) == served.expected
+
+
+def test_a_catalog_set_in_the_connection_url_is_not_readable(served: Served) -> None:
+    """Session settings in the JDBC URL bypass SET; the reads are refused all the same."""
+    from pyhive import hive
+
+    from sluice.sql.client import server_message
+
+    jdbc = "org.apache.spark.sql.execution.datasources.v2.jdbc.JDBCTableCatalog"
+    conn = hive.connect(
+        host="127.0.0.1",
+        port=served.endpoint.port,
+        username=USER,
+        password=PASSWORD,
+        auth="CUSTOM",
+        configuration={
+            "set:hiveconf:spark.sql.catalog.mine": jdbc,
+            "set:hiveconf:spark.sql.catalog.mine.url": "jdbc:derby:memory:x;create=true",
+        },
+    )
+    cursor = conn.cursor()
+    try:
+        with pytest.raises(Exception) as refused:
+            cursor.execute("SELECT * FROM mine.SYS.SYSTABLES")
+        assert "read-only" in server_message(refused.value)
+    finally:
+        conn.close()
 
 
 def test_a_wrong_password_is_refused(served: Served) -> None:

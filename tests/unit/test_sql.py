@@ -139,3 +139,26 @@ def test_sluice_sql_reads_a_first_word_as_a_query_unless_it_is_a_subcommand(monk
     assert done.exit_code == 0 and done.stdout == "x\n1\n" and ran == ["SELECT 1"]
     assert "serve" in runner.invoke(app, ["sql", "--help"]).stdout
     assert "Start the JDBC/ODBC endpoint" in runner.invoke(app, ["sql", "serve", "--help"]).stdout
+
+
+def test_an_endpoint_beyond_loopback_needs_passwords(tmp_path: Path, monkeypatch) -> None:
+    from sluice.ops import sql
+    from sluice.ops.target import LocalTarget
+
+    monkeypatch.setenv("SLUICE_HOME", str(tmp_path))
+    with pytest.raises(InvalidInput, match="no passwords"):
+        sql.serve(LocalTarget(), Endpoint("0.0.0.0", 10000, "none"), by="test")
+    with pytest.raises(InvalidInput, match="sluice sql passwd"):  # passwords, but no user yet
+        sql.serve(LocalTarget(), Endpoint("0.0.0.0", 10000, "password"), by="test")
+
+
+def test_supervision_leaves_an_endpoint_stopped_on_purpose_alone(tmp_path: Path, monkeypatch) -> None:
+    from sluice.ops import sql
+    from sluice.ops.target import LocalTarget
+    from sluice.records.endpoint import NAME
+    from sluice.records.run import Driver
+
+    monkeypatch.setenv("SLUICE_HOME", str(tmp_path))
+    Driver(NAME, 1, ["spark-submit"], "log", 0.0, "cli", "stopped").save()
+    assert sql.keep_up(LocalTarget(), Endpoint(), by="test") is None
+    assert sql.status().desired == "stopped" and not sql.status().up

@@ -1,32 +1,61 @@
 package sluice.sql;
 
+import java.util.Arrays;
 import java.util.Collections;
+import java.util.HashSet;
 import java.util.Locale;
 import java.util.Set;
 import java.util.WeakHashMap;
 
+import org.apache.hadoop.fs.Path;
+
 import org.apache.spark.sql.SparkSessionExtensions;
+import org.apache.spark.sql.catalyst.TableIdentifier;
+import org.apache.spark.sql.catalyst.catalog.CatalogTable;
+import org.apache.spark.sql.catalyst.catalog.SessionCatalog;
+import org.apache.spark.sql.catalyst.catalog.HiveTableRelation;
+import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.expressions.SubqueryExpression;
 import org.apache.spark.sql.catalyst.plans.logical.Command;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
+import org.apache.spark.sql.catalyst.plans.logical.ScriptTransformation;
+import org.apache.spark.sql.execution.command.SetCommand;
+import org.apache.spark.sql.execution.datasources.HadoopFsRelation;
+import org.apache.spark.sql.execution.datasources.LogicalRelation;
+import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation;
 
 import scala.Function1;
+import scala.Option;
 import scala.jdk.javaapi.CollectionConverters;
 import scala.runtime.BoxedUnit;
 
 /**
- * Makes a Spark session read-only: a statement whose analysed plan holds a command that
- * is not on the allow-list (INSERT, UPDATE, DELETE, MERGE, DROP, ALTER, CREATE, TRUNCATE,
- * VACUUM, OPTIMIZE, ADD JAR, ... and their path-based forms) is refused before it runs.
+ * Confines a SQL client's session to reading the catalog's tables. Before a statement runs,
+ * its analysed plan is refused when it holds:
+ *
+ * <ul>
+ *   <li>a command not on the allow-list: INSERT, UPDATE, DELETE, MERGE, DROP, ALTER, CREATE,
+ *       TRUNCATE, VACUUM, OPTIMIZE, ADD JAR, ... and their path-based forms;
+ *   <li>a read of anything but a table of the catalog's databases: files by path
+ *       ({@code text.`/etc/passwd`}), tables of another catalog (a JDBC catalog a client
+ *       configured for its session);
+ *   <li>code that runs on the server: {@code SELECT TRANSFORM ... USING 'script'},
+ *       {@code reflect}/{@code java_method}/{@code try_reflect};
+ *   <li>a {@code SET} of a catalog ({@code spark.sql.catalog.*}).
+ * </ul>
  *
  * <p>Allowing by name and refusing the rest means a command added by a new Spark or Delta
  * release is refused until someone decides it reads only. Writes are allowed only when the
  * server was started with {@code spark.sluice.sql.allowWrites=true}: that is read from the
- * SparkContext's configuration, which a client's {@code SET} cannot change. The server's own
+ * SparkContext's configuration, which a client's {@code SET} cannot change; such an endpoint
+ * is an administrator's, and none of the above applies to it. The server's own
  * session, which registers the pipelines' tables, is marked with {@link #trust}; the sessions
  * the Thrift server opens for clients are new sessions and never trusted.
  */
 public final class ReadOnly implements Function1<SparkSessionExtensions, BoxedUnit> {
   public static final String ALLOW_WRITES = "spark.sluice.sql.allowWrites";
+  /** The databases clients may read, comma-separated (the endpoint sets "sluice"). */
+  public static final String DATABASES = "spark.sluice.sql.databases";
 
   /** Commands that read or change only the client's own session. */
   private static final Set<String> ALLOWED = Set.of(
@@ -36,6 +65,9 @@ public final class ReadOnly implements Function1<SparkSessionExtensions, BoxedUn
 
   /** Prefixes of commands that only show the catalog: SHOW TABLES, DESCRIBE TABLE, ... */
   private static final String[] ALLOWED_PREFIXES = {"Show", "Describe"};
+
+  /** Expressions that call into the JVM: reflect, java_method, try_reflect. */
+  private static final Set<String> CODE = Set.of("CallMethodViaReflection", "TryReflect");
 
   private static final Set<Object> TRUSTED = Collections.synchronizedSet(Collections.newSetFromMap(new WeakHashMap<>()));
 
@@ -48,9 +80,11 @@ public final class ReadOnly implements Function1<SparkSessionExtensions, BoxedUn
   public BoxedUnit apply(SparkSessionExtensions extensions) {
     extensions.injectCheckRule(session -> {
       boolean allowWrites = session.sparkContext().getConf().getBoolean(ALLOW_WRITES, false);
+      Set<String> databases = Set.copyOf(Arrays.asList(
+          session.sparkContext().getConf().get(DATABASES, "sluice").toLowerCase(Locale.ROOT).split(",")));
       return plan -> {
         if (!allowWrites && !TRUSTED.contains(session)) {
-          refuseWrites(plan);
+          new Check(session.sessionState().catalog(), databases).plan(plan);
         }
         return BoxedUnit.UNIT;
       };
@@ -58,16 +92,131 @@ public final class ReadOnly implements Function1<SparkSessionExtensions, BoxedUn
     return BoxedUnit.UNIT;
   }
 
-  static void refuseWrites(LogicalPlan plan) {
-    if (plan instanceof Command && !allowed(plan.getClass().getSimpleName())) {
-      throw new SecurityException(
-          "sluice: this SQL endpoint is read-only, so " + describe(plan) + " is refused. "
-              + "Change tables through their pipelines; an administrator can start the endpoint "
-              + "with `sluice sql serve --allow-writes`.");
+  /** One statement's check; the catalog's table locations are looked up once, if needed. */
+  private static final class Check {
+    private final SessionCatalog catalog;
+    private final Set<String> databases;
+    private Set<String> locations;
+
+    Check(SessionCatalog catalog, Set<String> databases) {
+      this.catalog = catalog;
+      this.databases = databases;
     }
-    for (LogicalPlan child : CollectionConverters.asJava(plan.children())) {
-      refuseWrites(child);
+
+    void plan(LogicalPlan plan) {
+      String name = plan.getClass().getSimpleName();
+      if (plan instanceof ScriptTransformation) {
+        refuse("SELECT TRANSFORM runs a program on the server");
+      }
+      if (plan instanceof SetCommand) {
+        Option<scala.Tuple2<String, Option<String>>> kv = ((SetCommand) plan).kv();
+        if (kv.isDefined() && kv.get()._1().toLowerCase(Locale.ROOT).startsWith("spark.sql.catalog.")) {
+          refuse("SET " + kv.get()._1() + " would add a catalog");
+        }
+      }
+      if (plan instanceof Command && !allowed(name)) {
+        refuse("this statement (" + verb(name) + ", " + name + ") would change a table or the server. Change "
+            + "tables through their pipelines; an administrator can start the endpoint with "
+            + "`sluice sql serve --allow-writes`");
+      }
+      if (plan instanceof LogicalRelation) {
+        relation((LogicalRelation) plan);
+      } else if (plan instanceof HiveTableRelation) {
+        database(((HiveTableRelation) plan).tableMeta());
+      } else if (plan instanceof DataSourceV2Relation) {
+        // Delta's analyser turns reads of its tables into LogicalRelations; what is left is
+        // another catalog's table.
+        refuse("only the catalog's tables can be read, not " + ((DataSourceV2Relation) plan).table().name());
+      }
+      for (Expression e : CollectionConverters.asJava(plan.expressions())) {
+        expression(e);
+      }
+      for (LogicalPlan child : CollectionConverters.asJava(plan.children())) {
+        plan(child);
+      }
     }
+
+    /** A catalog table of the allowed databases, or files at or under such a table's location:
+     * Delta reads its catalog tables by location, and its own log with plain file reads, in
+     * the client's session, so once analysed they look like reads by path. */
+    private void relation(LogicalRelation relation) {
+      Option<CatalogTable> table = relation.catalogTable();
+      if (table.isDefined()) {
+        database(table.get());
+        return;
+      }
+      String outside = relation.relation().getClass().getSimpleName();
+      if (relation.relation() instanceof HadoopFsRelation) {
+        Set<String> allowed = locations();
+        outside = null;
+        for (Path root : CollectionConverters.asJava(((HadoopFsRelation) relation.relation()).location().rootPaths())) {
+          if (!within(normal(root.toUri().toString()), allowed)) {
+            outside = root.toString();
+          }
+        }
+        if (outside == null) {
+          return;
+        }
+      }
+      refuse("only the catalog's tables can be read, not files by path (" + outside + ")");
+    }
+
+    private Set<String> locations() {
+      if (locations == null) {
+        locations = new HashSet<>();
+        for (String db : databases) {
+          if (!catalog.databaseExists(db)) {
+            continue;
+          }
+          for (TableIdentifier id : CollectionConverters.asJava(catalog.listTables(db))) {
+            try {
+              locations.add(normal(catalog.getTableMetadata(id).location().toString()));
+            } catch (Exception e) {
+              // a table dropped meanwhile: not readable anyway
+            }
+          }
+        }
+      }
+      return locations;
+    }
+
+    private void expression(Expression e) {
+      if (CODE.contains(e.getClass().getSimpleName())) {
+        refuse("reflect, java_method and try_reflect run code on the server");
+      }
+      if (e instanceof SubqueryExpression) {
+        plan((LogicalPlan) ((SubqueryExpression) e).plan());
+      }
+      for (Expression child : CollectionConverters.asJava(e.children())) {
+        expression(child);
+      }
+    }
+
+    private void database(CatalogTable table) {
+      Option<String> db = table.identifier().database();
+      if (db.isEmpty() || !databases.contains(db.get().toLowerCase(Locale.ROOT))) {
+        refuse("only the tables of " + String.join(", ", databases) + " can be read, not " + table.identifier());
+      }
+    }
+  }
+
+  private static boolean within(String path, Set<String> locations) {
+    for (String location : locations) {
+      if (path.equals(location) || path.startsWith(location + "/")) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  /** file:/a/b/, file:///a/b -> file:/a/b */
+  static String normal(String uri) {
+    String u = uri.replaceFirst("^file:///", "file:/");
+    return u.endsWith("/") ? u.substring(0, u.length() - 1) : u;
+  }
+
+  private static void refuse(String why) {
+    throw new SecurityException("sluice: this SQL endpoint is read-only: " + why + ".");
   }
 
   static boolean allowed(String command) {
@@ -82,11 +231,9 @@ public final class ReadOnly implements Function1<SparkSessionExtensions, BoxedUn
     return false;
   }
 
-  /** "DeleteCommand" -> "this statement (DELETE, DeleteCommand)": its verb, for the message. */
-  private static String describe(LogicalPlan plan) {
-    String name = plan.getClass().getSimpleName();
-    String verb = name.replaceAll("(Command|Statement|Table|Exec)+$", "")
+  /** "DeleteCommand" -> "DELETE": the statement's verb, for the message. */
+  private static String verb(String name) {
+    return name.replaceAll("(Command|Statement|Table|Exec)+$", "")
         .replaceAll("([a-z])([A-Z])", "$1 $2").toUpperCase(Locale.ROOT);
-    return "this statement (" + verb + ", " + name + ")";
   }
 }
