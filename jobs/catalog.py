@@ -12,7 +12,9 @@ from collections.abc import Callable
 
 from pyspark.sql import SparkSession
 
+from jobs import hadoopfs
 from jobs.sinks import table_exists
+from sluice.errors import first_line
 from sluice.spec import Pipeline
 from sluice.sql.catalog import CatalogTable, catalog_tables, database_statement
 
@@ -26,12 +28,13 @@ def sync(spark: SparkSession, pipelines: list[Pipeline], warn: Callable[[str], N
         try:
             if not table_exists(spark, table.format, table.location):
                 continue
-            if _location(spark, table) != _normalized(spark, table.location):
+            # The catalog records a qualified URI (file:/data/t), so the spec's path is qualified too.
+            if _location(spark, table) != hadoopfs.qualify(spark, table.location):
                 spark.sql(table.drop())
                 spark.sql(table.create())
             registered.append(table.name)
         except Exception as exc:  # any Spark error: this table is skipped, the others go on
-            warn(f"{table.name}: cannot register the {table.format} table at {table.location}: {_first_line(exc)}")
+            warn(f"{table.name}: cannot register the {table.format} table at {table.location}: {first_line(exc)}")
     return registered
 
 
@@ -40,14 +43,3 @@ def _location(spark: SparkSession, table: CatalogTable) -> str | None:
         return None
     rows = spark.sql(f"DESCRIBE TABLE EXTENDED {table.qualified}").collect()
     return next((r.data_type for r in rows if r.col_name == "Location"), None)
-
-
-def _normalized(spark: SparkSession, path: str) -> str:
-    """The location as the catalog records it (a qualified URI, e.g. file:/data/t)."""
-    from jobs import hadoopfs
-
-    return hadoopfs.qualify(spark, path)
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

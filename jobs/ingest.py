@@ -27,7 +27,6 @@ import sys
 import threading
 import time
 from dataclasses import asdict
-from typing import Any
 
 from pyspark import StorageLevel
 from pyspark.errors import StreamingQueryException
@@ -37,6 +36,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from jobs import continuous, expectations, hadoopfs
 from jobs.backfill import BackfillRefused, clip_to_stream, drop_present, in_range, source_options
+from jobs.lifecycle import configure_logging, stop_on_signals
 from jobs.parse import REASON, flat_rows, for_split, parse, quarantine_rows, read_kafka
 from jobs.sinks import BatchSink, DeltaSink, ParquetSink, table_exists, table_shape
 from jobs.status import StatusReporter, run_summary
@@ -355,8 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--processing-time", help="micro-batch interval instead of the spec's, e.g. '30 seconds'")
     parser.add_argument("--backfill", help="a backfill plan as JSON (see sluice.records.backfill.BackfillPlan)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
-    logging.getLogger("py4j").setLevel(logging.WARNING)
+    configure_logging()
 
     try:
         pipeline = load_pipeline(args.spec)
@@ -388,14 +387,7 @@ def drive(pipeline: Pipeline, backfill: BackfillPlan | None, available_now: bool
     reporter = StatusReporter(spark, pipeline.name) if backfill is None else None
     if reporter is not None:
         reporter.report("starting")
-    stop = threading.Event()
-
-    def request_stop(signum: int, _frame: Any) -> None:
-        log.info("received %s", signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGINT, request_stop)
+    stop = stop_on_signals(log)
     try:
         if pipeline.spec.mode == "continuous":
             if backfill or available_now or processing_time:

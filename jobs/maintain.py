@@ -22,6 +22,7 @@ from zoneinfo import ZoneInfo
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
+from jobs.lifecycle import configure_logging
 from sluice.spec import Pipeline, SpecError, load_pipeline
 
 log = logging.getLogger("sluice.maintain")
@@ -77,8 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="maintain.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--spec", required=True, help="pipeline spec file (or a pipeline name)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
-    logging.getLogger("py4j").setLevel(logging.WARNING)
+    configure_logging()
     try:
         pipeline = load_pipeline(args.spec)
     except SpecError as exc:

@@ -19,26 +19,19 @@ from pyspark.sql import SparkSession
 from jobs import catalog, thrift
 from jobs.session import local_session
 from jobs.sinks import read_table, table_exists
-from sluice.errors import SluiceError
-from sluice.ops.submit import BASE_CONF, spark_jars, sql_jars
+from sluice.errors import SluiceError, first_line
+from sluice.ops.submit import catalog_conf
 from sluice.spec import Pipeline, valid_pipelines
 from sluice.sql.catalog import TABLE_FORMATS
 from sluice.sql.client import Result, SqlError, limited
-from sluice.sql.settings import DATABASE, metastore_conf
+from sluice.sql.settings import DATABASE
 
 
 class LocalSession:
     where = "a local Spark session"
 
     def __init__(self, warn: Callable[[str], None] = lambda _: None) -> None:
-        conf = metastore_conf() | {
-            "spark.sql.extensions": BASE_CONF["spark.sql.extensions"] + ",sluice.sql.ReadOnly",
-            "spark.driver.extraClassPath": ":".join([*spark_jars(), *sql_jars()]),
-            "spark.sql.hive.manageFilesourcePartitions": "false",
-            "spark.sluice.sql.databases": DATABASE,
-            "spark.ui.enabled": "false",
-        }
-        self.spark = local_session("sluice-sql", conf=conf)
+        self.spark = local_session("sluice-sql", conf=catalog_conf() | {"spark.ui.enabled": "false"})
         # PySpark logs every failed statement with its Java stack; the message is shown instead.
         logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
         thrift.trust(self.spark)
@@ -66,25 +59,21 @@ class LocalSession:
             df = self.session.sql(sql.strip().rstrip(";"))
             rows = df.collect() if limit is None else df.limit(limit + 1).collect()
         except PySparkException as exc:  # AnalysisException, ParseException: Spark's message
-            raise SqlError(_first_line(exc)) from None
+            raise SqlError(first_line(exc)) from None
         except Py4JJavaError as exc:  # the read-only rule's SecurityException
             if "java.lang.SecurityException" not in str(exc):
                 raise
             raise SqlError(_security_message(exc)) from None
-        return limited(df.columns, [tuple(r) for r in rows], limit)
+        return limited(df.columns, rows, limit)
 
     def close(self) -> None:
         self.spark.stop()
 
 
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-
-
 def _security_message(exc: BaseException) -> str:
     text = str(exc)
     start = text.find("sluice: ")
-    return text[start:].splitlines()[0] if start >= 0 else _first_line(exc)
+    return text[start:].splitlines()[0] if start >= 0 else first_line(exc)
 
 
 def register_tables(spark: SparkSession, pipelines: list[Pipeline], warn: Callable[[str], None]) -> dict[str, str]:
@@ -105,5 +94,5 @@ def register_tables(spark: SparkSession, pipelines: list[Pipeline], warn: Callab
                     read_table(spark, fmt, path).createOrReplaceTempView(view)
                     views[view] = path
             except Exception as exc:  # any reader error: this view is skipped, the others go on
-                warn(f"{view}: cannot read the {fmt} table at {path}: {str(exc).strip().splitlines()[0]}")
+                warn(f"{view}: cannot read the {fmt} table at {path}: {first_line(exc)}")
     return views

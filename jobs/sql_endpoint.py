@@ -16,15 +16,15 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import sys
 import threading
 import time
-from typing import Any
 
 from pyspark.sql import SparkSession
 
 from jobs import catalog, thrift
+from jobs.lifecycle import configure_logging, stop_on_signals
+from sluice.errors import first_line
 from sluice.records.endpoint import EndpointStatus
 from sluice.spec import valid_pipelines
 from sluice.sql.settings import DATABASE, metastore_name
@@ -41,21 +41,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--auth", choices=("none", "password"), required=True)
     parser.add_argument("--allow-writes", action="store_true")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
-    logging.getLogger("py4j").setLevel(logging.WARNING)
+    configure_logging()
 
     status = EndpointStatus(
         "starting", os.getpid(), time.time(), args.host, args.port, args.auth, args.allow_writes, metastore_name()
     )
     status.save()
-    stop = threading.Event()
-
-    def request_stop(signum: int, _frame: Any) -> None:
-        log.info("received %s", signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGINT, request_stop)
+    stop = stop_on_signals(log)
     try:
         spark = SparkSession.builder.appName("sluice-sql-endpoint").getOrCreate()
         status.app_id, status.ui = spark.sparkContext.applicationId, spark.sparkContext.uiWebUrl
@@ -64,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         thrift.start_thrift_server(spark)
     except Exception as exc:  # the metastore or the port: say so where `sluice sql serve` looks
         log.exception("the SQL endpoint failed to start")
-        status.state, status.error, status.updated_at = "failed", str(exc).strip().splitlines()[0], time.time()
+        status.state, status.error, status.updated_at = "failed", first_line(exc), time.time()
         status.save()
         return 1
     log.info("serving %s on %s:%d (auth %s): %s", DATABASE, args.host, args.port, args.auth, ", ".join(status.tables))

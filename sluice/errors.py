@@ -53,6 +53,11 @@ class StreamUnhealthy(SluiceError):
     """The stream runs but does not keep up: a person has to look."""
 
 
+def first_line(exc: BaseException) -> str:
+    """An exception's message in one line: Spark's and Java's carry their stack after it."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
 class BrokerUnreachable(SluiceError):
     """Kafka did not answer."""
 

@@ -191,7 +191,6 @@ def endpoint_submission(endpoint: Endpoint, *, master: str | None = None) -> Sub
     session on a thread that sees only that class path, not ``--jars``.
     """
     from sluice.sql.passwords import password_file_option
-    from sluice.sql.settings import metastore_conf
 
     args = ["--host", endpoint.host, "--port", str(endpoint.port), "--auth", endpoint.auth]
     java = [f"-Dlog4j2.configurationFile=file:{JOBS_DIR / 'log4j2.properties'}"]
@@ -201,20 +200,14 @@ def endpoint_submission(endpoint: Endpoint, *, master: str | None = None) -> Sub
             "-Dhive.server2.custom.authentication.class=sluice.sql.PasswordFile",
             password_file_option(),
         ]
-    conf = metastore_conf() | {
-        "spark.sql.extensions": BASE_CONF["spark.sql.extensions"] + ",sluice.sql.ReadOnly",
-        "spark.driver.extraClassPath": ":".join([*spark_jars(), *sql_jars()]),
+    conf = catalog_conf() | {
         "spark.driver.extraJavaOptions": " ".join(java),
         "spark.hadoop.hive.server2.thrift.bind.host": endpoint.host,
         "spark.hadoop.hive.server2.thrift.port": str(endpoint.port),
         # How long a stop waits for open client connections (the default is 60 s): a client
         # that holds one idle, as connection pools do, would hold up every stop.
         "spark.hadoop.hive.server2.thrift.worker.keepalive.time": "5s",
-        # Partitions are read from each table's files (and a Parquet table's commit log), so
-        # a new date is visible without MSCK REPAIR.
-        "spark.sql.hive.manageFilesourcePartitions": "false",
         "spark.sluice.sql.allowWrites": str(endpoint.allow_writes).lower(),
-        "spark.sluice.sql.databases": DATABASE,
     }
     if endpoint.allow_writes:
         args.append("--allow-writes")
@@ -226,6 +219,21 @@ def endpoint_submission(endpoint: Endpoint, *, master: str | None = None) -> Sub
         jars=[*spark_jars(), *sql_jars()],
         master=master or default_master(),
     )
+
+
+def catalog_conf() -> dict[str, str]:
+    """A Spark session on the catalog, as the endpoint and a local ``sluice sql`` open it: the
+    metastore, and the read-only rule for every session but the one trusted to register tables."""
+    from sluice.sql.settings import metastore_conf
+
+    return metastore_conf() | {
+        "spark.sql.extensions": BASE_CONF["spark.sql.extensions"] + ",sluice.sql.ReadOnly",
+        "spark.driver.extraClassPath": ":".join([*spark_jars(), *sql_jars()]),
+        # Partitions are read from each table's files (and a Parquet table's commit log), so
+        # a new date is visible without MSCK REPAIR.
+        "spark.sql.hive.manageFilesourcePartitions": "false",
+        "spark.sluice.sql.databases": DATABASE,
+    }
 
 
 def sql_jars() -> list[str]:

@@ -79,7 +79,7 @@ class EndpointSession:
             raise SqlError(server_message(exc)) from None
         finally:
             cursor.close()
-        return _limited(columns, [tuple(r) for r in rows], limit)
+        return limited(columns, rows, limit)
 
     def close(self) -> None:
         self.conn.close()
@@ -96,14 +96,12 @@ def server_message(exc: BaseException) -> str:
     return text.splitlines()[0] if text else "the endpoint reported an error without a message"
 
 
-def _limited(columns: list[str], rows: list[tuple[Any, ...]], limit: int | None) -> Result:
-    if limit is not None and len(rows) > limit:
-        return Result(columns, rows[:limit], truncated=True)
-    return Result(columns, rows)
-
-
 def limited(columns: list[str], rows: Sequence[Sequence[Any]], limit: int | None) -> Result:
-    return _limited(columns, [tuple(r) for r in rows], limit)
+    """The rows as a result; one row past ``limit`` (fetched to tell) marks it truncated."""
+    kept = [tuple(r) for r in rows]
+    if limit is not None and len(kept) > limit:
+        return Result(columns, kept[:limit], truncated=True)
+    return Result(columns, kept)
 
 
 def as_csv(result: Result) -> str:
