@@ -388,7 +388,7 @@ def start_query(spark: Any, pipeline: Any, mode: str, work: Path) -> Any:
 
     if mode == "continuous":
         return continuous.start(spark, pipeline)
-    raw = read_kafka(spark, pipeline, source_options(pipeline.spec.source.spark_options()))
+    raw = read_kafka(spark, pipeline, source_options(pipeline.kafka.spark_options()))
     return (
         continuous.verdicts(parse(raw, pipeline), pipeline)
         .writeStream.format("kafka")

@@ -98,7 +98,7 @@ def measure(variant: str, extra_env: dict[str, str], settle: float, samples: int
     )
     pipeline = load_pipeline("device_signals")
     try:
-        create_topics(broker.bootstrap, pipeline.spec.source.topics or [], partitions=2)
+        create_topics(broker.bootstrap, pipeline.kafka.topics or [], partitions=2)
         send(broker.bootstrap, "device-signals", synthetic(EventGenerator(pipeline, seed=1), 5000))
         wait_http(f"http://127.0.0.1:{port}/api/v2/monitor/health", 300)
         started = stream.start(pipeline, LocalTarget(), by="benchmarks/memory.py")

@@ -87,7 +87,7 @@ def verdicts(parsed: DataFrame, pipeline: Pipeline) -> DataFrame:
 
 def start(spark: SparkSession, pipeline: Pipeline) -> StreamingQuery:
     """Check the task slots, then start the continuous query; Spark's refusals become Sluice's message."""
-    src = pipeline.spec.source
+    src = pipeline.kafka
     partitions = total_partitions(src.bootstrap_servers, src.topics or [])
     check_slots(pipeline.name, partitions, spark.sparkContext.defaultParallelism)
     # The Kafka sink does not create topics, and brokers should not auto-create them.
@@ -97,7 +97,7 @@ def start(spark: SparkSession, pipeline: Pipeline) -> StreamingQuery:
         if made.created:
             log.info("%s: created topic %s with %d partitions", pipeline.name, made.name, made.partitions)
     c = pipeline.spec.continuous or Continuous()
-    raw = read_kafka(spark, pipeline, source_options(pipeline.spec.source.spark_options()))
+    raw = read_kafka(spark, pipeline, source_options(pipeline.kafka.spark_options()))
     try:
         return (
             verdicts(parse(raw, pipeline), pipeline)

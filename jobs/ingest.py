@@ -34,8 +34,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from jobs import continuous, expectations, hadoopfs
+from jobs import continuous, derive, expectations, hadoopfs
 from jobs.backfill import BackfillRefused, clip_to_stream, drop_present, in_range, source_options
+from jobs.events import EventLog
 from jobs.lifecycle import configure_logging, stop_on_signals
 from jobs.parse import REASON, flat_rows, for_split, parse, quarantine_rows, read_kafka
 from jobs.sinks import BatchSink, DeltaSink, ParquetSink, table_exists, table_shape
@@ -104,19 +105,7 @@ class BatchWriter:
         return self._sinks
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        if self.stop is not None and self.stop.is_set():
-            log.info(
-                "%s: stop requested; batch %d is not started (it is read again at the next start)",
-                self.pipeline.name,
-                batch_id,
-            )
-            jvm = self.spark._jvm
-            assert jvm is not None
-            jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
-                _QUERY_LOGGER, jvm.org.apache.logging.log4j.Level.OFF
-            )
-            logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)  # it logs the raise with a trace
-            raise StopRequested(f"{STOP_MARKER} before batch {batch_id}")
+        decline_if_stopping(self.spark, self.pipeline, self.stop, batch_id)
         started = time.monotonic()
         out, quarantine = self.sinks()
         checked = expectations.check(batch, self.pipeline)
@@ -192,6 +181,22 @@ class BatchWriter:
         counts = expectations.read_counts(self.pipeline, rows)
         audit.expectations = {name: asdict(c) for name, c in counts.items()}
         return audit, counts
+
+
+def decline_if_stopping(spark: SparkSession, pipeline: Pipeline, stop: threading.Event | None, batch_id: int) -> None:
+    """Raise :class:`StopRequested` when a stop was asked for, before the batch writes anything."""
+    if stop is None or not stop.is_set():
+        return
+    log.info(
+        "%s: stop requested; batch %d is not started (it is read again at the next start)", pipeline.name, batch_id
+    )
+    jvm = spark._jvm
+    assert jvm is not None
+    jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
+        _QUERY_LOGGER, jvm.org.apache.logging.log4j.Level.OFF
+    )
+    logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)  # it logs the raise with a trace
+    raise StopRequested(f"{STOP_MARKER} before batch {batch_id}")
 
 
 def query_id(spark: SparkSession, pipeline: Pipeline) -> str:
@@ -270,7 +275,7 @@ def start(
     else:
         backfill = clip_to_stream(spark, pipeline, backfill)
         pipeline, trigger = for_backfill(pipeline, backfill), {"availableNow": True}
-        raw = read_kafka(spark, pipeline, source_options(backfill, pipeline.spec.source.spark_options()))
+        raw = read_kafka(spark, pipeline, source_options(backfill, pipeline.kafka.spark_options()))
         raw = raw.filter(in_range(backfill))
     check_split(spark, pipeline)
     return (
@@ -284,13 +289,20 @@ def start(
 
 
 def run_until_stopped(
-    query: StreamingQuery, stop: threading.Event, poll: int = 1, reporter: StatusReporter | None = None
+    query: StreamingQuery,
+    stop: threading.Event,
+    poll: int = 1,
+    reporter: StatusReporter | None = None,
+    events: EventLog | None = None,
+    spark: SparkSession | None = None,
 ) -> None:
     """Wait for the query to end. On a stop request, an idle query is stopped at once; a
     running batch finishes and commits, and the next one declines to start (see BatchWriter)."""
     while query.isActive:
         if reporter is not None:
             reporter.report("running", query)
+        if events is not None and spark is not None:
+            events.flush(spark)
         if stop.is_set() and not query.status.get("isTriggerActive"):
             log.info("stopping %s after its last committed batch", query.name)
             query.stop()
@@ -322,9 +334,34 @@ def run(
 ) -> Exception | None:
     """Run the pipeline's query until it ends or is stopped; return its error, if any."""
     stop = stop or threading.Event()
+    events = EventLog(pipeline.name, pipeline.name)
+    if backfill is None:
+        spark.streams.addListener(events)
+        if reporter is not None:
+            reporter.late = events.late
+    try:
+        return _run(spark, pipeline, available_now, stop, backfill, reporter, events)
+    finally:
+        if backfill is None:
+            spark.streams.removeListener(events)
+            events.flush(spark, force=True)
+
+
+def _run(
+    spark: SparkSession,
+    pipeline: Pipeline,
+    available_now: bool,
+    stop: threading.Event,
+    backfill: BackfillPlan | None,
+    reporter: StatusReporter | None,
+    events: EventLog,
+) -> Exception | None:
     restarts = 0
     while True:
-        query = start(spark, pipeline, available_now=available_now, backfill=backfill, stop=stop)
+        if pipeline.derived:
+            query = derive.start(spark, pipeline, events, available_now=available_now, stop=stop)
+        else:
+            query = start(spark, pipeline, available_now=available_now, backfill=backfill, stop=stop)
         if restarts == 0:
             log.info(
                 "%s: started query %s (%s sink, checkpoint %s)",
@@ -333,7 +370,9 @@ def run(
                 pipeline.spec.sink.format,
                 (for_backfill(pipeline, backfill) if backfill else pipeline).checkpoint_path,
             )
-        run_until_stopped(query, stop, reporter=reporter)
+        run_until_stopped(query, stop, reporter=reporter, events=events if backfill is None else None, spark=spark)
+        if backfill is None and query.lastProgress:
+            events.wait_for(int(query.lastProgress["batchId"]))
         log.info("%s: run summary %s", pipeline.name, json.dumps(run_summary(query.recentProgress)))
         error = query.exception()
         if error is not None and STOP_MARKER in str(error):
@@ -389,6 +428,11 @@ def drive(pipeline: Pipeline, backfill: BackfillPlan | None, available_now: bool
         reporter.report("starting")
     stop = stop_on_signals(log)
     try:
+        if pipeline.derived and backfill is not None:
+            raise BackfillRefused(
+                f"{pipeline.name} derives from the table of {pipeline.spec.source.table}: it has no Kafka offsets to "  # type: ignore[union-attr]
+                "backfill; backfill the upstream pipeline, or rebuild this one from a new checkpoint"
+            )
         if pipeline.spec.mode == "continuous":
             if backfill or available_now or processing_time:
                 raise ContinuousError(
@@ -397,7 +441,14 @@ def drive(pipeline: Pipeline, backfill: BackfillPlan | None, available_now: bool
             error = continuous.run(spark, pipeline, stop, reporter)
         else:
             error = run(spark, pipeline, available_now, stop, backfill, reporter)
-    except (CheckpointMismatch, ContinuousError, compatibility.IncompatibleTable, BackfillRefused) as exc:
+    except (
+        CheckpointMismatch,
+        ContinuousError,
+        compatibility.IncompatibleTable,
+        BackfillRefused,
+        derive.UpstreamMissing,
+        derive.IncompatibleState,
+    ) as exc:
         if reporter is not None:
             reporter.report("failed", error=str(exc))
         log.error("%s", exc)

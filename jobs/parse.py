@@ -22,7 +22,7 @@ from sluice.spec.flatten import PARSED, quote
 
 def read_kafka(spark: SparkSession, pipeline: Pipeline, options: dict[str, str] | None = None) -> DataFrame:
     """The pipeline's Kafka source; ``options`` replace the spec's (a backfill narrows them)."""
-    return spark.readStream.format("kafka").options(**(options or pipeline.spec.source.spark_options())).load()
+    return spark.readStream.format("kafka").options(**(options or pipeline.kafka.spark_options())).load()
 
 
 def parse_schema(pipeline: Pipeline) -> StructType:
@@ -33,7 +33,7 @@ def parse_schema(pipeline: Pipeline) -> StructType:
 
 
 def parse(raw: DataFrame, pipeline: Pipeline) -> DataFrame:
-    et = pipeline.spec.event_time
+    et = pipeline.event_time
     event_field = pipeline.schema.find(et.field)
     assert event_field is not None  # checked when the spec was loaded
     event_expr = PARSED + "." + ".".join(quote(p) for p in et.field.split("."))

@@ -14,6 +14,9 @@ from sluice.ops.submit import default_master, spark_conf, spark_jars
 def local_session(app: str = "sluice", master: str | None = None, conf: dict[str, str] | None = None) -> SparkSession:
     if (master or default_master()).startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # Python workers (pandas UDFs, applyInPandasWithState) run this environment's Python,
+    # which has pyarrow; PySpark reads the variable, not spark.pyspark.python, in-process.
+    os.environ.setdefault("PYSPARK_PYTHON", spark_conf()["spark.pyspark.python"])
     builder = SparkSession.builder.master(master or default_master()).appName(app)
     for key, value in (spark_conf(conf) | {"spark.jars": ",".join(spark_jars())}).items():
         builder = builder.config(key, value)

@@ -17,10 +17,11 @@ from pyspark.sql.streaming import StreamingQuery
 from sluice.records.run import Status
 
 
-def _progress_summary(progress: dict[str, Any] | None) -> dict[str, Any]:
+def _progress_summary(progress: dict[str, Any] | None, late: dict[int, tuple[int, int]]) -> dict[str, Any]:
     if not progress:
         return {}
-    return {
+    ops = progress.get("stateOperators") or []
+    summary = {
         "batch_id": progress.get("batchId"),
         "timestamp": progress.get("timestamp"),
         "input_rows": progress.get("numInputRows"),
@@ -30,6 +31,14 @@ def _progress_summary(progress: dict[str, Any] | None) -> dict[str, Any]:
             for s in progress.get("sources", [])
         ],
     }
+    if ops or (progress.get("eventTime") or {}).get("watermark"):
+        summary |= {
+            "watermark": (progress.get("eventTime") or {}).get("watermark"),
+            "state_rows": sum(int(o.get("numRowsTotal") or 0) for o in ops),
+            "state_memory_bytes": sum(int(o.get("memoryUsedBytes") or 0) for o in ops),
+            "late_rows": late.get(int(progress.get("batchId") or 0), (0, 0))[0],
+        }
+    return summary
 
 
 def run_summary(progress: list[Any]) -> dict[str, Any]:
@@ -53,10 +62,12 @@ class StatusReporter:
     def __init__(self, spark: SparkSession, name: str) -> None:
         sc = spark.sparkContext
         self.name, self.app_id, self.ui = name, sc.applicationId, sc.uiWebUrl
+        #: batch id -> (late rows, filtered rows), from a derived pipeline's writer.
+        self.late: dict[int, tuple[int, int]] = {}
 
     def report(self, state: str, query: StreamingQuery | None = None, error: str | None = None) -> None:
         status = Status(self.name, state, os.getpid(), time.time(), self.app_id, ui=self.ui, error=error)
         if query is not None:
             status.query_id, status.run_id = str(query.id), str(query.runId)
-            status.last_progress = _progress_summary(query.lastProgress)
+            status.last_progress = _progress_summary(query.lastProgress, self.late)
         status.save()

@@ -26,6 +26,11 @@ def jars_dir(kind: str) -> Path:
     return (Path(base) if base else sluice_home() / "jars") / kind
 
 
+def events_table() -> str:
+    """The event log every stream's listener appends its batches' progress to (Delta)."""
+    return os.environ.get("SLUICE_EVENTS_TABLE") or str(sluice_home() / "tables" / "_sluice_events")
+
+
 def pipelines_dir() -> Path:
     return Path(os.environ.get("SLUICE_PIPELINES") or PROJECT_ROOT / "pipelines")
 

@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk import DAG, Asset, Param, get_current_context, task
+from airflow.sdk import DAG, Asset, AssetOrTimeSchedule, CronTriggerTimetable, Param, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from sluice.airflow import tasks
@@ -45,7 +45,11 @@ def table_asset(pipeline: Pipeline) -> Asset:
 
 def _doc(pipeline: Pipeline) -> str:
     s = pipeline.spec
-    topics = ", ".join(s.source.topics or []) or f"pattern `{s.source.topic_pattern}`"
+    if pipeline.upstream is not None:
+        reads = f"| reads | the table of `{pipeline.upstream.name}` |\n"
+    else:
+        src = pipeline.kafka
+        reads = f"| Kafka topics | {', '.join(src.topics or []) or f'pattern `{src.topic_pattern}`'} |\n"
     if s.mode == "continuous":
         interval = s.continuous.checkpoint_interval if s.continuous else "1 second"
         output = f"| mode | continuous, checkpoint every {interval} |\n| output | `{pipeline.sink_path}` |\n"
@@ -55,7 +59,7 @@ def _doc(pipeline: Pipeline) -> str:
         actions = "**start**, **stop**, **restart** or **backfill**"
     return (
         f"### {pipeline.name}\n\n{s.description.strip()}\n\n"
-        f"| | |\n|---|---|\n| spec | `{pipeline.spec_path}` |\n| Kafka topics | {topics} |\n{output}"
+        f"| | |\n|---|---|\n| spec | `{pipeline.spec_path}` |\n{reads}{output}"
         f"| quarantine | `{pipeline.quarantine_path}` |\n| checkpoint | `{pipeline.checkpoint_path}` |\n"
         f"| supervision | every `{s.supervision.schedule}`; stalled after {s.supervision.max_stall}; "
         f"max lag {s.supervision.max_lag or 'unbounded'} |\n\n"
@@ -70,6 +74,19 @@ def summary(pipeline: Pipeline, limit: int = 120) -> str:
     return first if len(first) <= limit else first[: limit - 1].rstrip() + "…"
 
 
+def schedule(pipeline: Pipeline) -> Any:
+    """The supervision schedule; a derived pipeline's also hangs on its upstream table's
+    asset, so a new batch upstream supervises it at once and the lineage graph shows
+    raw -> derived."""
+    cron = pipeline.spec.supervision.schedule
+    if pipeline.upstream is None:
+        return cron
+    upstream = table_asset(pipeline.upstream)
+    if cron is None:
+        return [upstream]
+    return AssetOrTimeSchedule(timetable=CronTriggerTimetable(cron, timezone="UTC"), assets=[upstream])
+
+
 def pipeline_dag(pipeline: Pipeline) -> DAG:
     s = pipeline.spec
     spec_path = str(pipeline.spec_path)
@@ -79,7 +96,7 @@ def pipeline_dag(pipeline: Pipeline) -> DAG:
         dag_id=f"sluice_{pipeline.name}",
         description=summary(pipeline),
         doc_md=_doc(pipeline),
-        schedule=s.supervision.schedule,
+        schedule=schedule(pipeline),
         start_date=START_DATE,
         catchup=False,
         max_active_runs=1,
@@ -106,7 +123,7 @@ def pipeline_dag(pipeline: Pipeline) -> DAG:
 
         done = [stream_task(action) for action in ACTIONS if action != "backfill"]
         branches = list(done)
-        if s.mode != "continuous":
+        if s.mode != "continuous" and not pipeline.derived:
 
             @task(task_id="plan_backfill")
             def plan_backfill() -> str:

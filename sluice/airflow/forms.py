@@ -38,6 +38,20 @@ def params(pipeline: Pipeline) -> dict[str, Param]:
                 "(at least once: records since the last epoch are read again on start).",
             )
         }
+    form = _micro_batch_form(pipeline)
+    if pipeline.derived:  # it reads a table, not Kafka offsets: nothing to backfill by range
+        form = {k: v for k, v in form.items() if not k.startswith(("from_", "to_"))}
+        form["action"] = Param(
+            "supervise",
+            enum=[a for a in ACTIONS if a != "backfill"],
+            title="Action",
+            description="supervise: start/restart if needed, fail if stalled. stop: after the current batch commits. "
+            + SUPERVISE_FIRST,
+        )
+    return form
+
+
+def _micro_batch_form(pipeline: Pipeline) -> dict[str, Param]:
     default_interval = pipeline.spec.trigger.processing_time or "10 seconds"
     return {
         "action": Param(

@@ -69,7 +69,7 @@ def topics_create(
     """Create topics (existing ones are left as they are)."""
     wanted = list(names or [])
     if spec:
-        wanted += load(spec).spec.source.topics or []
+        wanted += load(spec).kafka.topics or []
     if not wanted:
         fail("name at least one topic, or --spec")
     table = Table("topic", "partitions", "")
@@ -113,14 +113,14 @@ def produce(
 ) -> None:
     """Produce synthetic events generated from the pipeline's schema."""
     p = load(spec)
-    target = topic or next(iter(p.spec.source.topics or []), None)
+    target = topic or next(iter(p.kafka.topics or []), None)
     if not target:
         fail(f"{p.name} subscribes by pattern; give --topic")
     gen = EventGenerator(p, seed=seed if seed is not None else time.time_ns() % 2**32, days=days)
     try:
         with console.status(f"producing {count} {p.name} events"):
             report = send(
-                bootstrap or p.spec.source.bootstrap_servers,
+                bootstrap or p.kafka.bootstrap_servers,
                 str(target),
                 synthetic(gen, count, bad_fraction),
                 rate,

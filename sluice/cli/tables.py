@@ -54,10 +54,10 @@ def demo(
         console.print(f"[bold]1.[/] Kafka up on {broker.bootstrap}")
         pipelines = [load(name) for name, _ in DEMO]
         for p, (_, count) in zip(pipelines, DEMO, strict=True):
-            topics = p.spec.source.topics or []
-            create_topics(p.spec.source.bootstrap_servers, topics, partitions=2)
+            topics = p.kafka.topics or []
+            create_topics(p.kafka.bootstrap_servers, topics, partitions=2)
             gen = EventGenerator(p, seed=time.time_ns() % 2**32)
-            report = send(p.spec.source.bootstrap_servers, topics[0], synthetic(gen, count, bad_fraction))
+            report = send(p.kafka.bootstrap_servers, topics[0], synthetic(gen, count, bad_fraction))
             console.print(f"[bold]2.[/] {p.name}: ", end="")
             print_report(report)
         for p in pipelines:

@@ -56,7 +56,7 @@ class EventGenerator:
         self.rng = random.Random(seed)
         self.days = days
         self.now = now or datetime.now(UTC)
-        et = pipeline.spec.event_time
+        et = pipeline.event_time
         self.event_field, self.event_format = et.field, et.format
         self.kinds = [k for k in BAD_KINDS if self._applies(k)]
 

@@ -76,10 +76,10 @@ def plan(
         )
     if any(o is not None and o < 0 for o in (from_offset, to_offset)):
         raise BackfillError("offsets are 0 or more")
-    topics = list(pipeline.spec.source.topics or [])
+    topics = list(pipeline.kafka.topics or [])
     if not topics:
         raise BackfillError("backfill needs the spec to list its topics (source.topics), not a topic_pattern")
-    bootstrap = pipeline.spec.source.bootstrap_servers
+    bootstrap = pipeline.kafka.bootstrap_servers
     try:
         t0 = _epoch_ms(from_time) if from_time else None
         t1 = _epoch_ms(to_time) if to_time else None

@@ -145,7 +145,7 @@ def check_continuous_slots(pipeline: Pipeline, master: str) -> None:
         return
     from sluice.spec.continuous import precheck
 
-    src = pipeline.spec.source
+    src = pipeline.kafka
     precheck(pipeline.name, total_partitions(src.bootstrap_servers, src.topics or []), master)
 
 
@@ -268,8 +268,11 @@ EndOffsets = Callable[[Pipeline], dict[str, dict[int, int]]]
 
 def broker_end_offsets(pipeline: Pipeline, timeout: float = 3.0) -> dict[str, dict[int, int]]:
     """End offsets of the pipeline's topics (a topic pattern is matched against the broker's
-    topics); a broker that does not answer within ``timeout`` raises KafkaException."""
-    src = pipeline.spec.source
+    topics); a broker that does not answer within ``timeout`` raises KafkaException. A derived
+    pipeline reads a table, not Kafka: it has none."""
+    if pipeline.derived:
+        return {}
+    src = pipeline.kafka
     topics = list(src.topics or [])
     if not topics and src.topic_pattern:
         topics = [t for t in list_topics(src.bootstrap_servers, timeout) if re.fullmatch(src.topic_pattern, t)]
@@ -315,7 +318,7 @@ def status(pipeline: Pipeline, offsets: EndOffsets = broker_end_offsets, now: fl
     try:
         lag = committed.lag(offsets(pipeline))
     except KafkaException as exc:
-        broker_error = f"Kafka at {pipeline.spec.source.bootstrap_servers} did not answer: {kafka_reason(exc)}"
+        broker_error = f"Kafka at {pipeline.kafka.bootstrap_servers} did not answer: {kafka_reason(exc)}"
     obs = Observation(
         desired=driver.desired if driver else ("running" if proc is not None else None),
         alive=proc is not None,

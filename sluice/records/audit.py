@@ -2,7 +2,8 @@
 
 The job writes one per batch next to its checkpoint (``<checkpoint>/sluice_audit/``, a
 backfill's beside its own checkpoint); ``sluice audit``, publishing and the tests read them.
-Every batch reconciles on its own: records in = records out + records quarantined.
+Every batch reconciles on its own: records in = records out + records quarantined (+ for a
+derived pipeline, rows late + rows filtered; its records out are the rows accepted).
 """
 
 from __future__ import annotations
@@ -28,12 +29,19 @@ class BatchAudit:
     records_already_present: int = 0  # backfills only: in the range, but already in a table (not counted in)
     offsets: dict[str, dict[str, list[int]]] = field(default_factory=dict)  # topic -> partition -> [first, last]
     expectations: dict[str, dict[str, Any]] = field(default_factory=dict)  # rule -> action, checked, failed
+    # Derived pipelines: rows behind the watermark (quarantined), rows the spec's filter left
+    # out, and the watermark (epoch ms) late rows were judged by.
+    records_late: int = 0
+    records_filtered: int = 0
+    watermark_ms: int = 0
     seconds: float = 0.0
     written_at: str = ""
 
     @property
     def reconciles(self) -> bool:
-        return self.records_in == self.records_out + self.records_quarantined
+        return (
+            self.records_in == self.records_out + self.records_quarantined + self.records_late + self.records_filtered
+        )
 
     def failed_expectations(self) -> dict[str, dict[str, Any]]:
         return {name: c for name, c in self.expectations.items() if c.get("failed")}
@@ -73,6 +81,8 @@ class Totals:
     records_out: int = 0
     rows_out: int = 0
     records_quarantined: int = 0
+    records_late: int = 0
+    records_filtered: int = 0
 
     def add(self, a: BatchAudit) -> None:
         self.batches += 1
@@ -80,6 +90,10 @@ class Totals:
         self.records_out += a.records_out
         self.rows_out += a.rows_out
         self.records_quarantined += a.records_quarantined
+        self.records_late += a.records_late
+        self.records_filtered += a.records_filtered
 
     def as_dict(self) -> dict[str, int]:
-        return asdict(self)
+        """The counts; late and filtered rows only where there are some (derived pipelines)."""
+        counts = asdict(self)
+        return {k: v for k, v in counts.items() if v or k not in ("records_late", "records_filtered")}

@@ -45,8 +45,21 @@ def parse_offsets(text: str) -> dict[str, dict[int, int]]:
     for line in text.splitlines()[2:]:
         if line.startswith("{"):
             for topic, parts in json.loads(line).items():
-                offsets.setdefault(topic, {}).update({int(p): int(o) for p, o in parts.items()})
+                if isinstance(parts, dict):  # a table source's line is its own (version, index)
+                    offsets.setdefault(topic, {}).update({int(p): int(o) for p, o in parts.items()})
     return offsets
+
+
+def batch_watermark_ms(text: str) -> int:
+    """The event-time watermark (epoch ms) Spark recorded for a batch in its ``offsets/<n>``
+    file, before running it; 0 when there is none yet.
+
+    Spark's offset log format (a version line, then the batch's metadata as JSON) has been
+    the same since Spark 2.1; tests/unit/test_checkpoint_format.py reads a real one."""
+    lines = text.splitlines()
+    if len(lines) < 2 or not lines[0].startswith("v"):
+        raise ValueError(f"not a Spark offset log entry (first line {lines[0] if lines else ''!r})")
+    return int(json.loads(lines[1]).get("batchWatermarkMs", 0))
 
 
 def last_batch(names: list[str]) -> int | None:

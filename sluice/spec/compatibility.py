@@ -47,8 +47,12 @@ def _lineage() -> dict[str, str | None]:
 def expected(pipeline: Pipeline) -> tuple[Shape, Shape]:
     """The output table and the quarantine table this spec writes."""
     date = pipeline.spec.date_partition.column
-    out: dict[str, str | None] = {c.name: c.type.sql() for c in pipeline.plan.columns}
-    out |= _lineage() | {flatten.EVENT_TIME: "timestamp", flatten.INGESTED_AT: "timestamp", date: "date"}
+    out: dict[str, str | None]
+    if pipeline.upstream is not None:
+        out = pipeline.derivation.output_columns(date)
+    else:
+        out = {c.name: c.type.sql() for c in pipeline.plan.columns}
+        out |= _lineage() | {flatten.EVENT_TIME: "timestamp", flatten.INGESTED_AT: "timestamp", date: "date"}
     quarantine: dict[str, str | None] = {"raw_key": "binary", "raw_value": "binary", "raw_text": "string"}
     quarantine |= _lineage() | {"reason": "string", flatten.INGESTED_AT: "timestamp", date: "date"}
     return Shape(out, [date]), Shape(quarantine, [date])

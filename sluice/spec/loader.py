@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from sluice import config
 from sluice.spec import eventtime, files, sqlcheck
+from sluice.spec.derived import DerivedError, TableSource
 from sluice.spec.flatten import FlattenError
 from sluice.spec.pipeline import Pipeline, PipelineSpec, SpecError
 from sluice.spec.schema import Array, SchemaError, Struct, load_schema
@@ -69,12 +70,14 @@ def _schema_file(spec_path: Path, schema: str) -> Path:
 
 def _field_path(loc: tuple[Any, ...]) -> str:
     out = ""
+    # The source's union tag ('kafka' or 'table') is pydantic's, not a field of the spec.
+    loc = tuple(p for i, p in enumerate(loc) if not (i and loc[i - 1] == "source" and p in ("kafka", "table")))
     for part in loc:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out.replace("schema_path", "schema")
 
 
-def parse_pipeline(data: Any, spec_path: Path) -> Pipeline:
+def parse_pipeline(data: Any, spec_path: Path, seen: tuple[str, ...] = ()) -> Pipeline:
     """Validate an already-read spec mapping (from YAML, or a DAG run's parameters)."""
     if not isinstance(data, dict):
         raise SpecError(spec_path, "", "a spec is a YAML mapping (name:, source:, schema:, ...)")
@@ -91,7 +94,10 @@ def parse_pipeline(data: Any, spec_path: Path) -> Pipeline:
             problems.append((_field_path(err["loc"]), msg))
         raise SpecError(spec_path, *problems[0], more=problems[1:]) from None
     _check_paths(spec, spec_path)
+    if isinstance(spec.source, TableSource):
+        return _derived(spec, spec_path, spec.source, seen)
 
+    assert spec.schema_path is not None  # checked by PipelineSpec
     schema_file = _schema_file(spec_path, spec.schema_path)
     try:
         schema = load_schema(schema_file)
@@ -105,6 +111,56 @@ def parse_pipeline(data: Any, spec_path: Path) -> Pipeline:
         raise SpecError(spec_path, exc.field, str(exc)) from None
     _check_continuous_columns(pipeline)
     _check_expectations(pipeline)
+    return pipeline
+
+
+def _upstream_spec(spec_path: Path, name: str) -> Path | None:
+    """The spec named ``name`` beside ``spec_path`` (its file is usually ``<name>.yaml``)."""
+    folder = spec_path.parent
+    if (folder / f"{name}.yaml").is_file():
+        return folder / f"{name}.yaml"
+    for candidate in sorted(folder.glob("*.yaml")):
+        try:
+            data = files.load_yaml(files.read_text(candidate, limit=files.MAX_SPEC_BYTES))
+        except files.FileProblem:
+            continue
+        if isinstance(data, dict) and data.get("name") == name:
+            return candidate
+    return None
+
+
+def _derived(spec: PipelineSpec, spec_path: Path, source: TableSource, seen: tuple[str, ...]) -> Pipeline:
+    """A derived pipeline: its upstream spec, loaded, and its sections checked against that table."""
+    if source.table == spec.name or source.table in seen:
+        chain = " -> ".join([*seen, spec.name, source.table])
+        raise SpecError(spec_path, "source.table", f"pipelines cannot derive from themselves ({chain})")
+    found = _upstream_spec(spec_path, source.table)
+    if found is None:
+        raise SpecError(spec_path, "source.table", f"no pipeline {source.table!r} in {spec_path.parent}")
+    try:
+        upstream = load_pipeline(found, seen=(*seen, spec.name))
+    except SpecError as exc:
+        raise SpecError(spec_path, "source.table", f"{source.table} cannot be read: {exc}") from None
+    if upstream.spec.sink.format == "kafka":
+        raise SpecError(
+            spec_path,
+            "source.table",
+            f"{source.table} writes to Kafka, not a table; derive from the pipeline that lands it",
+        )
+    if upstream.spec.mode == "continuous":
+        raise SpecError(spec_path, "source.table", f"{source.table} is a continuous branch; it writes no table")
+    pipeline = Pipeline(spec, spec_path, upstream.schema_file, upstream.schema, upstream=upstream)
+    try:
+        pipeline.derivation.check()
+    except DerivedError as exc:
+        raise SpecError(spec_path, exc.field, str(exc)) from None
+    if spec.expectations.declared:
+        raise SpecError(
+            spec_path,
+            "expectations",
+            "expectations are checked on the tables that read Kafka; declare them on the upstream pipeline "
+            f"{source.table} (derived tables are not validated yet)",
+        )
     return pipeline
 
 
@@ -176,7 +232,7 @@ def _check_continuous_columns(p: Pipeline) -> None:
 
 
 def _check_event_time(p: Pipeline) -> None:
-    et = p.spec.event_time
+    et = p.event_time
     target = p.schema.find(et.field)
     if target is None:
         raise SpecError(
@@ -190,14 +246,14 @@ def _check_event_time(p: Pipeline) -> None:
         raise SpecError(p.spec_path, "event_time.format", str(exc)) from None
 
 
-def load_pipeline(name_or_path: str | Path) -> Pipeline:
+def load_pipeline(name_or_path: str | Path, seen: tuple[str, ...] = ()) -> Pipeline:
     """Read, interpolate and validate a spec file; raise :class:`SpecError` if it cannot run."""
     path = find_spec(name_or_path)
     try:
         data = files.load_yaml(files.read_text(path, limit=files.MAX_SPEC_BYTES))
     except files.FileProblem as exc:
         raise SpecError(path, exc.where, str(exc)) from None
-    return parse_pipeline(data, path)
+    return parse_pipeline(data, path, seen)
 
 
 def spec_files() -> list[Path]:

@@ -25,8 +25,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
+    Discriminator,
     Field,
     PositiveInt,
+    Tag,
     field_validator,
     model_validator,
 )
@@ -35,6 +37,7 @@ from sluice import config
 from sluice.errors import InvalidInput
 from sluice.spec import eventtime
 from sluice.spec.continuous import MICRO_BATCH_HINT, ContinuousError, check_expression
+from sluice.spec.derived import Deduplicate, Derivation, State, TableSource, Window
 from sluice.spec.expectations import Expectations
 from sluice.spec.flatten import METADATA_COLUMNS, FlattenPlan, plan_flatten
 from sluice.spec.model import Duration, Schedule, StrictModel
@@ -307,8 +310,21 @@ class Continuous(StrictModel):
     filter: str | None = None
 
 
+def _source_kind(value: Any) -> str:
+    if isinstance(value, TableSource) or (isinstance(value, dict) and "table" in value):
+        return "table"
+    return "kafka"
+
+
+#: Kafka topics, or another pipeline's table (a derived pipeline, see sluice.spec.derived).
+AnySource = Annotated[
+    Annotated[Source, Tag("kafka")] | Annotated[TableSource, Tag("table")], Discriminator(_source_kind)
+]
+
+
 class PipelineSpec(StrictModel):
-    """One pipeline: Kafka topics in, one date-partitioned table (and its quarantine) out."""
+    """One pipeline: Kafka topics (or another pipeline's table) in, one date-partitioned
+    table (and its quarantine) out."""
 
     name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,62}$")
     description: str = ""
@@ -316,9 +332,10 @@ class PipelineSpec(StrictModel):
     mode: Literal["micro_batch", "continuous"] = "micro_batch"
     owner: str = "data-engineering"
     tags: list[str] = Field(default_factory=list)
-    source: Source
-    schema_path: str = Field(alias="schema", min_length=1)
-    event_time: EventTime
+    source: AnySource
+    #: Required for Kafka sources; a derived pipeline reads its upstream table's columns.
+    schema_path: str | None = Field(default=None, alias="schema", min_length=1)
+    event_time: EventTime | None = None
     date_partition: DatePartition = DatePartition()
     flatten: Flatten = Flatten()
     sink: Sink
@@ -332,6 +349,20 @@ class PipelineSpec(StrictModel):
     continuous: Continuous | None = None
     #: Data-quality rules on the rows (in the stream) and on the table (the validation job).
     expectations: Expectations = Expectations()
+    # Derived pipelines (source: {table: ...}); see sluice.spec.derived.
+    #: SQL condition on the upstream rows; the others are counted as filtered, not kept.
+    filter: str | None = None
+    deduplicate: Deduplicate | None = None
+    window: Window | None = None
+    #: Output column -> SQL aggregate, per window and group_by columns.
+    aggregate: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str] = Field(default_factory=dict)
+    group_by: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]] = Field(default_factory=list)
+    #: How late an event may be, behind the latest event time seen, before it is late.
+    watermark: Duration | None = None
+    #: append: a window is written once, when the watermark passes its end; update: written
+    #: (merged into the Delta table) every batch it changes in.
+    output_mode: Literal["append", "update"] = "append"
+    state: State | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -343,10 +374,37 @@ class PipelineSpec(StrictModel):
                 ("deduplicate", "deduplication (state across records)"),
                 ("join", "a join with another stream (state across records)"),
                 ("aggregate", "an aggregation (state across records)"),
+                ("window", "event-time windows (state across records)"),
+                ("state", "per-key state (state across records)"),
             ):
                 if key in data:
                     raise ValueError(f"{key}: continuous processing does not support {what}; {MICRO_BATCH_HINT}")
         return data
+
+    @property
+    def derived(self) -> bool:
+        return isinstance(self.source, TableSource)
+
+    @model_validator(mode="after")
+    def _inputs(self) -> PipelineSpec:
+        if not self.derived:
+            if self.schema_path is None:
+                raise ValueError("schema: a pipeline that reads Kafka needs the events' schema file")
+            if self.event_time is None:
+                raise ValueError("event_time: a pipeline that reads Kafka needs event_time.field")
+            stateful = [k for k in ("deduplicate", "window", "state", "watermark", "filter") if getattr(self, k)]
+            stateful += ["aggregate"] if self.aggregate else []
+            if stateful:
+                raise ValueError(
+                    f"{stateful[0]}: event-time work runs on a table; land the topic in a table first and "
+                    "derive from it with source: {table: <that pipeline>}"
+                )
+        elif self.schema_path is not None or self.event_time is not None:
+            raise ValueError(
+                "schema/event_time: a derived pipeline reads its upstream table's columns and event time; "
+                "pick the time column with window.time or state.time"
+            )
+        return self
 
     @model_validator(mode="after")
     def _mode(self) -> PipelineSpec:
@@ -367,6 +425,8 @@ class PipelineSpec(StrictModel):
             raise ValueError(
                 "trigger: a continuous branch has no micro-batch trigger; set continuous.checkpoint_interval"
             )
+        if self.event_time is None:
+            raise ValueError("event_time: a continuous branch reads Kafka and needs event_time.field")
         accept = self.event_time.accept
         for end in ("not_before", "not_after"):
             bound = getattr(accept.bounds(), end)
@@ -394,12 +454,57 @@ class Pipeline:
 
     spec: PipelineSpec
     spec_path: Path
+    #: A derived pipeline's are its upstream's: the columns it reads come from there.
     schema_file: Path
     schema: Struct
+    #: The pipeline whose table a derived pipeline reads (None for Kafka sources).
+    upstream: Pipeline | None = None
 
     @property
     def name(self) -> str:
         return self.spec.name
+
+    @property
+    def derived(self) -> bool:
+        return self.upstream is not None
+
+    @cached_property
+    def derivation(self) -> Derivation:
+        """A derived pipeline's sections, with the columns of the table it reads."""
+        from sluice.spec import compatibility
+        from sluice.spec.columns import EVENT_TIME
+
+        if self.upstream is None:
+            raise ValueError(f"{self.name} reads Kafka; it derives nothing")
+        s = self.spec
+        return Derivation(
+            filter=s.filter,
+            deduplicate=s.deduplicate,
+            window=s.window,
+            aggregate=s.aggregate,
+            group_by=s.group_by,
+            watermark=s.watermark,
+            output_mode=s.output_mode,
+            state=s.state,
+            sink_format=s.sink.format,
+            inputs=compatibility.expected(self.upstream)[0].columns,
+            default_time=EVENT_TIME,
+        )
+
+    @property
+    def kafka(self) -> Source:
+        """The Kafka source; only pipelines that read Kafka have one."""
+        if not isinstance(self.spec.source, Source):
+            raise ValueError(f"{self.name} reads the table of {self.spec.source.table}, not Kafka")
+        return self.spec.source
+
+    @property
+    def event_time(self) -> EventTime:
+        """How the Kafka events' time is read (a derived pipeline's upstream has it)."""
+        if self.upstream is not None:
+            return self.upstream.event_time
+        assert self.spec.event_time is not None  # checked by PipelineSpec
+        return self.spec.event_time
 
     @cached_property
     def plan(self) -> FlattenPlan:
@@ -432,7 +537,7 @@ class Pipeline:
 
     @property
     def sink_bootstrap(self) -> str:
-        return self.spec.sink.bootstrap_servers or self.spec.source.bootstrap_servers
+        return self.spec.sink.bootstrap_servers or self.kafka.bootstrap_servers
 
     @property
     def quarantine_topic(self) -> str:
@@ -454,7 +559,7 @@ class Pipeline:
     @property
     def accepted_times(self) -> eventtime.Bounds:
         """The event times this pipeline accepts (a continuous branch has no relative bounds)."""
-        return self.spec.event_time.accept.bounds(continuous=self.spec.mode == "continuous")
+        return self.event_time.accept.bounds(continuous=self.spec.mode == "continuous")
 
     @property
     def quarantine_table(self) -> str:
@@ -469,7 +574,7 @@ class Pipeline:
         drops = {n: r.model_dump(mode="json") for n, r in self.spec.expectations.rows.items() if r.action == "drop"}
         return {
             "schema": json.loads(self.schema.to_spark_json()),
-            "event_time": self.spec.event_time.model_dump(mode="json"),
+            "event_time": self.event_time.model_dump(mode="json"),
             "flatten": self.spec.flatten.model_dump(mode="json") if drops else None,
             "dropping_rules": drops,
         }

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sluice import config
 from sluice.spec import Pipeline
 from sluice.sql.settings import DATABASE
 
 TABLE_FORMATS = ("delta", "parquet")
+#: The event log's name in the catalog (its folder is _sluice_events).
+EVENTS_TABLE = "sluice_events"
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,15 @@ def catalog_tables(pipelines: list[Pipeline]) -> list[CatalogTable]:
                 f"with the reason and the raw value.{owner}",
             )
         )
+    tables.append(
+        CatalogTable(
+            EVENTS_TABLE,
+            "delta",
+            config.events_table(),
+            "Every stream's micro-batches as its StreamingQueryListener saw them: input rows, rates, "
+            "watermark, state rows and memory, late rows and where the time went.",
+        )
+    )
     return tables
 
 

@@ -1,0 +1,343 @@
+"""The derived job: another pipeline's table in, event-time work, a date-partitioned table out.
+
+Run by ``jobs/ingest.py`` when the spec's source is a table (``sluice run``, Airflow, the
+same spark-submit). The query is one stream with two branches over the same micro-batch:
+
+- the **operator** branch: the spec's filter, then Spark's own stateful operators
+  (``dropDuplicatesWithinWatermark``, ``window``/``session_window`` aggregation, or
+  ``transformWithStateInPandas`` for state), on the RocksDB state store;
+- the **input** branch: every row read, unchanged.
+
+``foreachBatch`` gets both. It writes the operator's rows to the table exactly once
+(Delta's idempotent writes, as the ingest job does), and from the input rows it finds the
+ones Spark's operator dropped as late, by Spark's own rule and the watermark Spark used
+(:mod:`sluice.spec.derived`), and writes them to the quarantine with the reason. The audit
+reconciles: rows in = rows accepted + rows late + rows filtered.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.types import LongType, StructField, StructType
+
+from jobs import hadoopfs
+from jobs.events import EventLog
+from jobs.sinks import BatchSink, DeltaSink, ParquetSink, table_exists
+from sluice.records import checkpoint
+from sluice.records.audit import BatchAudit
+from sluice.records.audit import file_name as audit_file
+from sluice.spec import Pipeline, eventtime
+from sluice.spec.columns import INGESTED_AT, KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TIMESTAMP, KAFKA_TOPIC
+from sluice.spec.derived import (
+    SESSION_END,
+    SESSION_EVENTS,
+    SESSION_START,
+    WINDOW_END,
+    WINDOW_START,
+    Derivation,
+    incompatible_message,
+    late_end_sql,
+    late_reason_sql,
+    signature_changes,
+)
+from sluice.spec.model import duration_ms
+
+log = logging.getLogger("sluice.derive")
+
+KIND, OUT, IN = "_sluice_kind", "_sluice_out", "_sluice_in"
+SESSION_TIME = "sluice_event_time"
+LATE, KEPT = "_sluice_late", "_sluice_kept"
+#: Beside offsets/ and commits/: what the checkpoint's state was built from.
+STATE_FILE = "sluice_state.json"
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+KILL_AFTER_WRITING = "SLUICE_TEST_KILL_AFTER_WRITING_BATCH"
+
+
+class UpstreamMissing(RuntimeError):
+    """The table a derived pipeline reads has no data yet."""
+
+
+class IncompatibleState(RuntimeError):
+    """The spec changed what the checkpoint's state is made of."""
+
+
+# --- the query -------------------------------------------------------------------------------
+
+
+def read_upstream(spark: SparkSession, pipeline: Pipeline) -> DataFrame:
+    """The upstream table as a stream: Delta's source, or the file source over the Parquet
+    table's log (which lists committed files only)."""
+    up = pipeline.upstream
+    assert up is not None
+    fmt, path = up.spec.sink.format, up.sink_path
+    if not table_exists(spark, fmt, path):
+        raise UpstreamMissing(
+            f"{pipeline.name}: the table of {up.name} ({path}) has no data yet; start {up.name} first "
+            "(supervision starts this pipeline once it has)"
+        )
+    source = pipeline.spec.source
+    options = {"maxFilesPerTrigger": str(source.max_files_per_trigger)} if source.max_files_per_trigger else {}  # type: ignore[union-attr]
+    if fmt == "delta":
+        return spark.readStream.format("delta").options(**options).load(path)
+    schema = spark.read.parquet(path).schema  # the table's own schema, read through its log
+    return spark.readStream.schema(schema).options(**options).parquet(path)
+
+
+def operator(df: DataFrame, d: Derivation) -> DataFrame:
+    """The spec's stateful work on the (watermarked, filtered) rows."""
+    if d.deduplicate is not None:
+        df = df.dropDuplicatesWithinWatermark(list(d.deduplicate.keys))
+    w = d.window
+    if w is not None:
+        if w.type == "session":
+            win = F.session_window(d.time, str(w.gap))
+        elif w.type == "sliding":
+            win = F.window(d.time, str(w.size), str(w.slide))
+        else:
+            win = F.window(d.time, str(w.size))
+        aggs = [F.expr(sql).alias(name) for name, sql in d.aggregate.items()]
+        grouped = df.groupBy(win.alias("_window"), *d.group_by).agg(*aggs)
+        return grouped.select(
+            F.col("_window.start").alias(WINDOW_START),
+            F.col("_window.end").alias(WINDOW_END),
+            *d.group_by,
+            *d.aggregate,
+        )
+    if d.state is not None:
+        s = d.state
+        fields = {f.name: f for f in df.schema.fields}
+        if s.kind == "session":
+            from jobs.sessions import Sessions
+
+            key_fields = [StructField(k, fields[k].dataType, True) for k in s.keys]
+            out_schema = StructType(
+                [
+                    *key_fields,
+                    StructField(SESSION_START, fields[d.time].dataType, True),
+                    StructField(SESSION_END, fields[d.time].dataType, True),
+                    StructField(SESSION_EVENTS, LongType(), True),
+                ]
+            )
+            processor: Any = Sessions(list(s.keys), SESSION_TIME, duration_ms(str(s.timeout)))
+            # Only what the processor reads goes to Python (PySpark renames columns that start
+            # with '_' on the way, so the time gets a plain name).
+            slim = df.select(*[F.col(f"`{k}`") for k in s.keys], F.col(f"`{d.time}`").alias(SESSION_TIME))
+            return slim.groupBy(*s.keys).transformWithStateInPandas(processor, out_schema, "append", "EventTime")
+        module, _, name = str(s.processor).partition(":")
+        processor = getattr(importlib.import_module(module), name)()
+        return df.groupBy(*s.keys).transformWithStateInPandas(processor, str(s.output), "append", "EventTime")
+    return df
+
+
+def build(spark: SparkSession, pipeline: Pipeline) -> tuple[DataFrame, StructType, StructType]:
+    """The two branches as one stream of (kind, operator row, input row)."""
+    d = pipeline.derivation
+    src = read_upstream(spark, pipeline)
+    if d.stateful:
+        src = src.withWatermark(d.time, str(d.watermark))
+    kept = src.filter(F.expr(d.filter)) if d.filter else src
+    out = operator(kept, d)
+    in_type, out_type = StructType(src.schema.fields), StructType(out.schema.fields)
+    both = out.select(
+        F.lit(OUT).alias(KIND),
+        F.struct(*[F.col(f"`{c}`") for c in out.columns]).alias(OUT),
+        F.lit(None).cast(in_type).alias(IN),
+    ).unionByName(
+        src.select(
+            F.lit(IN).alias(KIND),
+            F.lit(None).cast(out_type).alias(OUT),
+            F.struct(*[F.col(f"`{c}`") for c in src.columns]).alias(IN),
+        )
+    )
+    return both, in_type, out_type
+
+
+# --- one micro-batch -------------------------------------------------------------------------
+
+
+def late_watermark(spark: SparkSession, pipeline: Pipeline, batch_id: int) -> int:
+    """The watermark Spark's operators drop late rows by in this batch: the one recorded for
+    the batch before it (0 for the first batch of a checkpoint)."""
+    if batch_id == 0:
+        return 0
+    path = f"{pipeline.checkpoint_path.rstrip('/')}/offsets/{batch_id - 1}"
+    return checkpoint.batch_watermark_ms(hadoopfs.read_text(spark, path))
+
+
+class DerivedWriter:
+    """The ``foreachBatch`` function of a derived pipeline (see the module's doc)."""
+
+    def __init__(self, spark: SparkSession, pipeline: Pipeline, events: EventLog, stop: threading.Event | None) -> None:
+        self.spark, self.pipeline, self.events, self.stop = spark, pipeline, events, stop
+        self.d = pipeline.derivation
+        self._sinks: tuple[BatchSink, BatchSink] | None = None
+
+    def sinks(self) -> tuple[BatchSink, BatchSink]:
+        if self._sinks is None:
+            from jobs.ingest import query_id
+
+            p, date_col = self.pipeline, self.pipeline.spec.date_partition.column
+            sink = DeltaSink if p.spec.sink.format == "delta" else ParquetSink
+            writer = query_id(self.spark, p)
+            self._sinks = (
+                sink(self.spark, p.sink_path, date_col, writer),
+                sink(self.spark, p.quarantine_path, date_col, writer),
+            )
+        return self._sinks
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        from jobs.ingest import decline_if_stopping
+
+        decline_if_stopping(self.spark, self.pipeline, self.stop, batch_id)
+        started = time.monotonic()
+        out_sink, quarantine = self.sinks()
+        watermark = late_watermark(self.spark, self.pipeline, batch_id)
+        batch = batch.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            inputs = self._flag(batch.filter(F.col(KIND) == IN).select(f"{IN}.*"), watermark)
+            row = inputs.agg(
+                F.count(F.lit(1)).alias("n"),
+                F.count_if(~F.col(KEPT)).alias("filtered"),
+                F.count_if(F.col(LATE)).alias("late"),
+            ).first()
+            n, filtered, late = (int(row["n"]), int(row["filtered"]), int(row["late"])) if row else (0, 0, 0)
+            out = self._output(batch.filter(F.col(KIND) == OUT).select(f"{OUT}.*"))
+            rows_out = out.count()
+            if rows_out:
+                self._write(out_sink, out, batch_id)
+            if late:
+                quarantine.write(self._quarantine(inputs.filter(F.col(LATE)), watermark), batch_id)
+        finally:
+            batch.unpersist()
+        audit = BatchAudit(self.pipeline.name, batch_id, n, n - filtered - late, 0, rows_out)
+        audit.records_late, audit.records_filtered, audit.watermark_ms = late, filtered, watermark
+        audit.seconds = round(time.monotonic() - started, 3)
+        audit.written_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        hadoopfs.write_text(self.spark, f"{self.pipeline.audit_path}/{audit_file(batch_id)}", audit.to_json())
+        self.events.late[batch_id] = (late, filtered)
+        log.info(
+            "%s batch %d: %d rows in -> %d accepted, %d late, %d filtered; %d rows out in %.2fs",
+            self.pipeline.name,
+            batch_id,
+            n,
+            audit.records_out,
+            late,
+            filtered,
+            rows_out,
+            audit.seconds,
+        )
+        if os.environ.get(KILL_AFTER_WRITING) == str(batch_id):
+            log.warning(
+                "%s: %s=%d: killing this driver before Spark commits the batch",
+                self.pipeline.name,
+                KILL_AFTER_WRITING,
+                batch_id,
+            )
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    def _flag(self, inputs: DataFrame, watermark: int) -> DataFrame:
+        d = self.d
+        kept: Column = F.coalesce(F.expr(d.filter), F.lit(False)) if d.filter else F.lit(True)
+        late: Column = F.lit(False)
+        if d.stateful and watermark > 0:
+            late = kept & (F.expr(late_end_sql(d.time, d.late_window)) <= F.expr(f"timestamp_millis({watermark})"))
+        return inputs.withColumn(KEPT, kept).withColumn(LATE, late)
+
+    def _output(self, out: DataFrame) -> DataFrame:
+        dp = self.pipeline.spec.date_partition
+        source = self.d.date_source()
+        cols = [c for c in out.columns if c != dp.column]
+        return out.select(
+            *[F.col(f"`{c}`") for c in cols], F.expr(eventtime.date_sql(f"`{source}`", dp.timezone)).alias(dp.column)
+        )
+
+    def _write(self, sink: BatchSink, out: DataFrame, batch_id: int) -> None:
+        if self.d.output_mode == "append" or not table_exists(self.spark, "delta", sink.path):
+            sink.write(out, batch_id)
+            return
+        # update: a window's row is replaced as it changes. Merging the same rows again (a
+        # replayed batch) leaves the table as it was, so this is exactly once too.
+        from delta.tables import DeltaTable
+
+        keys = [WINDOW_START, WINDOW_END, *self.d.group_by]
+        cond = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
+        DeltaTable.forPath(self.spark, sink.path).alias("t").merge(
+            out.alias("s"), cond
+        ).whenMatchedUpdateAll().whenNotMatchedInsertAll().execute()
+
+    def _quarantine(self, late: DataFrame, watermark: int) -> DataFrame:
+        dp = self.pipeline.spec.date_partition
+        data = [c for c in late.columns if c not in (KEPT, LATE)]
+        text = F.to_json(F.struct(*[F.col(f"`{c}`") for c in data]))
+
+        def lineage(name: str, type_: str) -> Column:
+            return F.col(name) if name in data else F.lit(None).cast(type_)
+
+        return late.select(
+            F.lit(None).cast("binary").alias("raw_key"),
+            F.encode(text, "UTF-8").alias("raw_value"),
+            text.alias("raw_text"),
+            lineage(KAFKA_TOPIC, "string").alias(KAFKA_TOPIC),
+            lineage(KAFKA_PARTITION, "int").alias(KAFKA_PARTITION),
+            lineage(KAFKA_OFFSET, "bigint").alias(KAFKA_OFFSET),
+            lineage(KAFKA_TIMESTAMP, "timestamp").alias(KAFKA_TIMESTAMP),
+            F.expr(late_reason_sql(self.d.time, self.d.late_window, watermark)).alias("reason"),
+            F.current_timestamp().alias(INGESTED_AT),
+            F.expr(eventtime.date_sql("current_timestamp()", dp.timezone)).alias(dp.column),
+        )
+
+
+# --- start and run -----------------------------------------------------------------------------
+
+
+def check_state(spark: SparkSession, pipeline: Pipeline) -> None:
+    """Refuse a spec whose keys, windows, aggregates or state differ from the ones the
+    checkpoint's state was built with; record them at the first start."""
+    cp = pipeline.checkpoint_path.rstrip("/")
+    now = pipeline.derivation.signature()
+    record = f"{cp}/{STATE_FILE}"
+    if STATE_FILE in hadoopfs.list_names(spark, cp) and hadoopfs.has_children(spark, f"{cp}/offsets"):
+        before = json.loads(hadoopfs.read_text(spark, record))
+        changed = signature_changes(before, now)
+        if changed:
+            raise IncompatibleState(incompatible_message(pipeline.name, changed, cp, pipeline.sink_path))
+        return
+    hadoopfs.write_text(spark, record, json.dumps(now, sort_keys=True))
+
+
+def start(
+    spark: SparkSession,
+    pipeline: Pipeline,
+    events: EventLog,
+    available_now: bool = False,
+    stop: threading.Event | None = None,
+) -> StreamingQuery:
+    from jobs.ingest import check_checkpoint
+
+    check_checkpoint(spark, pipeline)
+    check_state(spark, pipeline)
+    if pipeline.derivation.stateful:
+        # Read once, at a checkpoint's first batch; a restart keeps the checkpoint's provider.
+        spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
+    both, _, _ = build(spark, pipeline)
+    trigger = {"availableNow": True} if available_now else pipeline.spec.trigger.spark_kwargs()
+    return (
+        both.writeStream.queryName(pipeline.name)
+        .outputMode(pipeline.derivation.output_mode)
+        .option("checkpointLocation", pipeline.checkpoint_path)
+        .foreachBatch(DerivedWriter(spark, pipeline, events, stop))
+        .trigger(**trigger)
+        .start()
+    )
