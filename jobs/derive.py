@@ -44,6 +44,7 @@ from sluice.spec.derived import (
     SESSION_END,
     SESSION_EVENTS,
     SESSION_START,
+    STATE_FILE,
     WINDOW_END,
     WINDOW_START,
     Derivation,
@@ -58,9 +59,8 @@ log = logging.getLogger("sluice.derive")
 
 KIND, OUT, IN = "_sluice_kind", "_sluice_out", "_sluice_in"
 SESSION_TIME = "sluice_event_time"
+CUSTOM_TIME = "event_time"
 LATE, KEPT = "_sluice_late", "_sluice_kept"
-#: Beside offsets/ and commits/: what the checkpoint's state was built from.
-STATE_FILE = "sluice_state.json"
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 KILL_AFTER_WRITING = "SLUICE_TEST_KILL_AFTER_WRITING_BATCH"
 
@@ -137,7 +137,14 @@ def operator(df: DataFrame, d: Derivation) -> DataFrame:
             return slim.groupBy(*s.keys).transformWithStateInPandas(processor, out_schema, "append", "EventTime")
         module, _, name = str(s.processor).partition(":")
         processor = getattr(importlib.import_module(module), name)()
-        return df.groupBy(*s.keys).transformWithStateInPandas(processor, str(s.output), "append", "EventTime")
+        processor.timeout_ms = duration_ms(str(s.timeout))  # the spec's state.timeout, for its timers
+        # The processor sees the keys, the event time as `event_time`, and the upstream's own
+        # columns (the _kafka_* and _event_time lineage stays behind).
+        own = [c for c in df.columns if not c.startswith("_") and c not in s.keys and c != CUSTOM_TIME]
+        slim = df.select(
+            *[F.col(f"`{k}`") for k in s.keys], F.col(f"`{d.time}`").alias(CUSTOM_TIME), *[F.col(f"`{c}`") for c in own]
+        )
+        return slim.groupBy(*s.keys).transformWithStateInPandas(processor, str(s.output), "append", "EventTime")
     return df
 
 
@@ -258,10 +265,9 @@ class DerivedWriter:
     def _output(self, out: DataFrame) -> DataFrame:
         dp = self.pipeline.spec.date_partition
         source = self.d.date_source()
+        day = eventtime.date_sql(f"`{source}`" if source else "current_timestamp()", dp.timezone)
         cols = [c for c in out.columns if c != dp.column]
-        return out.select(
-            *[F.col(f"`{c}`") for c in cols], F.expr(eventtime.date_sql(f"`{source}`", dp.timezone)).alias(dp.column)
-        )
+        return out.select(*[F.col(f"`{c}`") for c in cols], F.expr(day).alias(dp.column))
 
     def _write(self, sink: BatchSink, out: DataFrame, batch_id: int) -> None:
         if self.d.output_mode == "append" or not table_exists(self.spark, "delta", sink.path):

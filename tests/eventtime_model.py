@@ -191,3 +191,30 @@ def sessions(events: list[Event], gap_ms: int) -> list[tuple[str, int, int, int]
 
 def iso(ms: int) -> datetime:
     return datetime(1970, 1, 1) + timedelta(milliseconds=ms)
+
+
+# --- the expected tables of the shipped example shapes -----------------------------------------
+
+DELAY = 10 * MINUTE
+
+
+def expected_pushes(rounds: list[list[Event]]) -> tuple[dict[tuple[int, str], tuple[int, int]], Outcome]:
+    """Pushes per repository per 10-minute window, one per event id: (start, repo) ->
+    (pushes, commits), the windows the final watermark has closed."""
+    size = 10 * MINUTE
+    # Deduplication runs first and drops rows by their own event time, windows or not.
+    outcome = run(rounds, DELAY, keep=lambda e: e.type == "PushEvent", dedup=True)
+    windows = tumbling_counts(outcome.kept, size, key=lambda e: e.repo)
+    want = {
+        key: (len(es), sum(e.size for e in es))
+        for key, es in windows.items()
+        if key[0] + size <= outcome.final_watermark
+    }
+    return want, outcome
+
+
+def expected_sessions(rounds: list[list[Event]]) -> tuple[list[tuple[str, int, int, int]], Outcome]:
+    """Sessions per actor (10-minute gap) of distinct events, the closed ones."""
+    outcome = run(rounds, DELAY, dedup=True)
+    closed = [s for s in sessions(outcome.kept, DELAY) if s[2] + DELAY <= outcome.final_watermark]
+    return closed, outcome

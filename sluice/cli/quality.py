@@ -49,8 +49,8 @@ def check(
                 continue
             p = r.pipeline
             table = Table("column", "from", "type", title=escape(f"{p.name}  ({p.spec.sink.format} -> {p.sink_path})"))
-            for c in p.plan.columns:
-                table.add_row(escape(c.name), escape(c.source), escape(c.type.sql()))
+            for name, origin, type_ in checks.columns(p):
+                table.add_row(escape(name), escape(origin), escape(type_))
             console.print(table)
             if r.tables == "mismatch":
                 errors.print(f"[bold red]error:[/] {escape(r.detail)}", soft_wrap=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -96,13 +96,33 @@ def status(spec: SpecArg, as_json: JsonOut = False) -> None:
     if st.status:
         table.add_row("Spark app", escape(f"{st.status.app_id}  {st.status.ui or ''}"))
     table.add_row("last committed batch", "none" if st.committed.batch_id is None else str(st.committed.batch_id))
-    table.add_row("lag (records)", "unknown" if obs.lag is None else str(obs.lag))
+    if p.upstream is not None:
+        table.add_row("reads", escape(f"the table of {p.upstream.name}"))
+    else:
+        table.add_row("lag (records)", "unknown" if obs.lag is None else str(obs.lag))
+    for label, value in last_batch_rows(st.status.last_progress if st.status else {}):
+        table.add_row(label, escape(value))
     table.add_row("supervision says", escape(f"{st.verdict.action}: {st.verdict.reason}"))
     console.print(table)
     if st.broker_error:
         warn(f"{st.broker_error}; start the embedded one with `sluice kafka up`")
     if not st.healthy:
         raise typer.Exit(1)
+
+
+def last_batch_rows(progress: dict[str, Any]) -> list[tuple[str, str]]:
+    """The last batch as the job's listener saw it: rows, rate, and for stateful pipelines
+    the watermark, state and late rows."""
+    if not progress or progress.get("batch_id") is None:
+        return []
+    rate = progress.get("rows_per_second") or 0
+    rows = [("last batch", f"{progress['batch_id']}: {progress.get('input_rows') or 0} rows in, {rate:,.0f} rows/s")]
+    if "watermark" in progress:
+        rows.append(("watermark", str(progress.get("watermark") or "none yet")))
+        memory = int(progress.get("state_memory_bytes") or 0)
+        rows.append(("state", f"{progress.get('state_rows') or 0} rows, {memory / 1_048_576:.1f} MiB"))
+        rows.append(("late rows (last batch)", str(progress.get("late_rows") or 0)))
+    return rows
 
 
 def backfill(
@@ -125,7 +145,7 @@ def backfill(
 def audit(
     spec: SpecArg, last: Annotated[int, typer.Option(help="How many batches.")] = 20, as_json: JsonOut = False
 ) -> None:
-    """Per-batch counts: records in = records out + records quarantined."""
+    """Per-batch counts: records in = records out + records quarantined (+ late + filtered, derived)."""
     p = load(spec)
     files = list(audits.audit_files([Path(p.audit_path)]))[-last:]
     if not files:
@@ -139,6 +159,8 @@ def audit(
         "out",
         "rows out",
         "quarantined",
+        "late",
+        "filtered",
         "already present",
         "expectations failed",
         "seconds",
@@ -158,6 +180,8 @@ def audit(
                     a.records_out,
                     a.rows_out,
                     a.records_quarantined,
+                    a.records_late,
+                    a.records_filtered,
                     a.records_already_present,
                 )
             ),

@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from sluice.spec import Pipeline, SpecError, compatibility, load_all
+from sluice.spec.derived import (
+    SESSION_END,
+    SESSION_EVENTS,
+    SESSION_START,
+    STATE_FILE,
+    WINDOW_END,
+    WINDOW_START,
+    incompatible_message,
+    signature_changes,
+)
 
 Tables = Literal["match", "mismatch", "not local", "unreadable", "none yet", "kafka"]
 
@@ -30,15 +41,48 @@ class SpecCheck:
             "pipeline": p.name if p else None,
             "valid": self.valid,
             "problems": [{"field": f, "message": m} for f, m in self.problems],
-            "columns": [{"name": c.name, "from": c.source, "type": c.type.sql()} for c in p.plan.columns] if p else [],
+            "columns": [{"name": n, "from": f, "type": t} for n, f, t in columns(p)] if p else [],
             "tables": self.tables,
             "detail": self.detail,
         }
 
 
+def columns(p: Pipeline) -> list[tuple[str, str, str]]:
+    """(name, where it comes from, type) of each column the pipeline writes."""
+    if p.upstream is None:
+        return [(c.name, c.source, c.type.sql()) for c in p.plan.columns]
+    d = p.derivation
+    date = p.spec.date_partition.column
+    origin = {name: sql for name, sql in d.aggregate.items()}
+    if d.window is not None:
+        origin |= {
+            WINDOW_START: f"{d.window.type} window over {d.time}",
+            WINDOW_END: f"{d.window.type} window over {d.time}",
+        }
+    if d.state is not None:
+        origin |= {SESSION_START: "first event", SESSION_END: "last event", SESSION_EVENTS: "events in the session"}
+    origin[date] = f"date of {d.date_source() or 'the write'}"
+    out = compatibility.expected(p)[0].columns
+    return [(n, origin.get(n, f"{p.upstream.name}.{n}"), t or "(Spark's)") for n, t in out.items()]
+
+
+def _state(p: Pipeline) -> str | None:
+    """Why the checkpoint's state cannot carry on under this spec (a local checkpoint), or None."""
+    from sluice.records.checkpoint import local_dir
+
+    root = local_dir(p.checkpoint_path)
+    record = root / STATE_FILE if root else None
+    if record is None or not record.is_file() or not any((root / "offsets").glob("*")):  # type: ignore[operator]
+        return None
+    changed = signature_changes(json.loads(record.read_text(encoding="utf-8")), p.derivation.signature())
+    return incompatible_message(p.name, changed, p.checkpoint_path, p.sink_path) if changed else None
+
+
 def _tables(p: Pipeline) -> tuple[Tables, str]:
     if p.spec.sink.format == "kafka":
         return "kafka", f"writes {p.sink_path}"
+    if p.upstream is not None and (problem := _state(p)):
+        return "mismatch", problem
     if not (compatibility.is_local(p.sink_path) and compatibility.is_local(p.quarantine_path)):
         return "not local", "the tables are not on this machine; the job compares them when it starts"
     try:

@@ -65,6 +65,8 @@ NON_DETERMINISTIC = {
 _NON_DETERMINISTIC_NODES = (exp.Rand, exp.Randn, exp.CurrentTimestamp, exp.CurrentDate, exp.First, exp.Last)
 
 WINDOW_START, WINDOW_END = "window_start", "window_end"
+#: Beside a derived checkpoint's offsets/ and commits/: what its state was built from.
+STATE_FILE = "sluice_state.json"
 SESSION_START, SESSION_END, SESSION_EVENTS = "session_start", "session_end", "events"
 
 
@@ -122,7 +124,10 @@ class State(StrictModel):
 
     ``session``: one row per session of each key; a session ends when ``timeout`` passes in
     event time without an event of that key. ``custom``: ``processor`` names a
-    StatefulProcessor class (``package.module:Class``) whose rows have the ``output`` schema.
+    StatefulProcessor class (``package.module:Class``, built without arguments, importable
+    where Spark runs Python) whose rows have the ``output`` schema; it gets the keys, the
+    event time as ``event_time`` and the upstream's own columns, in event-time mode (register
+    timers; late rows never reach it); its ``timeout_ms`` attribute holds ``timeout``.
     """
 
     kind: Literal["session", "custom"]
@@ -412,12 +417,13 @@ class Derivation:
             cols = {k: v for k, v in self.inputs.items() if k != date_column}
         return cols | {date_column: "date"}
 
-    def date_source(self) -> str:
-        """The column whose date partitions the output."""
+    def date_source(self) -> str | None:
+        """The column whose date partitions the output; None for a custom state's rows,
+        which are partitioned by the day they were written."""
         if self.window is not None:
             return WINDOW_START
-        if self.state is not None and self.state.kind == "session":
-            return SESSION_START
+        if self.state is not None:
+            return SESSION_START if self.state.kind == "session" else None
         return self.time
 
     def signature(self) -> dict[str, object]:

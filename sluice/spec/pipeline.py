@@ -495,7 +495,7 @@ class Pipeline:
     def kafka(self) -> Source:
         """The Kafka source; only pipelines that read Kafka have one."""
         if not isinstance(self.spec.source, Source):
-            raise ValueError(f"{self.name} reads the table of {self.spec.source.table}, not Kafka")
+            raise InvalidInput(f"{self.name} reads the table of {self.spec.source.table}, not Kafka")
         return self.spec.source
 
     @property

@@ -61,6 +61,7 @@ def test_every_shipped_spec_yields_its_dags(airflow) -> None:
     )
     assert set(bag["dags"]) == expected
     assert "sluice_payments_quality" in expected
+    assert {"sluice_github_pushes", "sluice_github_sessions"} <= expected
     for p in pipelines:
         dag = bag["dags"][f"sluice_{p.name}"]
         assert {"sluice", "stream", p.spec.sink.format, *p.spec.tags} <= set(dag["tags"])
@@ -70,7 +71,7 @@ def test_every_shipped_spec_yields_its_dags(airflow) -> None:
         assert p.spec.description.strip().splitlines()[0] in dag["doc"]
         assert p.sink_path in dag["doc"]
         actions = ["publish", "restart", "route", "start", "stop", "supervise"]  # the grid shows which one ran
-        if p.spec.mode == "continuous":
+        if p.spec.mode == "continuous" or p.derived:
             assert dag["tasks"] == actions
         else:
             assert dag["tasks"] == sorted([*actions, "plan_backfill", "backfill"])
@@ -81,6 +82,11 @@ def test_every_shipped_spec_yields_its_dags(airflow) -> None:
         if p.spec.mode == "continuous":  # no batches: no backfill, no trigger to choose
             assert form == {"action": form["action"]}
             assert form["action"]["enum"] == ["supervise", "start", "stop", "restart"]
+            continue
+        if p.upstream is not None:  # hangs on its upstream's asset: lineage raw -> derived
+            assert dag["asset_schedule"] == [f"sluice.{p.upstream.name}"]
+            assert form["action"]["enum"] == ["supervise", "start", "stop", "restart"]
+            assert "from_offset" not in form and f"the table of `{p.upstream.name}`" in dag["doc"]
             continue
         assert form["action"]["enum"] == ["supervise", "start", "stop", "restart", "backfill"]
         assert form["trigger"]["enum"] == ["spec", "processing_time", "available_now"]

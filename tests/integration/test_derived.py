@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,40 +17,23 @@ import yaml
 
 from sluice.dev.generate import Record
 from sluice.dev.produce import send
-from sluice.records import audit
-from sluice.spec import Pipeline, load_pipeline
+from sluice.spec import load_pipeline
 from tests import eventtime_model as model
+from tests.derived_tables import (
+    MIN,
+    audits,
+    check_late,
+    derived_spec,
+    pushes_table,
+    sessions_table,
+    table,
+    utc_ms,
+)
 from tests.fixtures import make_pipeline, new_topic, read_without_spark, run_available_now
 
 pytestmark = pytest.mark.integration
 
-MIN = model.MINUTE
 SEED = 1521
-
-
-def derived_spec(folder: Path, name: str, upstream: str, **fields: Any) -> Path:
-    spec = {
-        "name": name,
-        "source": {"table": upstream},
-        "sink": {"format": "delta", "path": str(folder / "tables" / name)},
-        "checkpoint": str(folder / "checkpoints" / name),
-        "allow_external_paths": True,
-        **fields,
-    }
-    path = folder / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    return path
-
-
-def ms(value: Any) -> int:
-    return int(value.timestamp() * 1000) if hasattr(value, "timestamp") else int(value)
-
-
-def utc_ms(naive: Any) -> int:
-    """delta-rs gives timestamps as UTC datetimes (naive or aware)."""
-    from datetime import UTC
-
-    return int(naive.replace(tzinfo=UTC).timestamp() * 1000) if naive.tzinfo is None else ms(naive)
 
 
 @pytest.fixture(scope="module")
@@ -96,6 +78,19 @@ def world(broker: Any, spark: Any, tmp_path_factory: pytest.TempPathFactory) -> 
             output_mode="update",
         ),
         "unique": derived_spec(folder, "gh_unique", "gh_raw", deduplicate={"keys": ["id"], "within": "10 minutes"}),
+        "custom": derived_spec(
+            folder,
+            "gh_custom",
+            "gh_raw",
+            watermark="10 minutes",
+            state={
+                "kind": "custom",
+                "keys": ["actor_login"],
+                "timeout": "10 minutes",
+                "processor": "tests.processors:IdleCount",
+                "output": "actor_login string, events bigint",
+            },
+        ),
     }
     pipelines = {k: load_pipeline(p) for k, p in specs.items()}
     rounds = model.schedule(SEED)
@@ -108,60 +103,17 @@ def world(broker: Any, spark: Any, tmp_path_factory: pytest.TempPathFactory) -> 
     return {"raw": raw, "rounds": rounds, **pipelines}
 
 
-def table(p: Pipeline) -> Any:
-    return read_without_spark("delta", p.sink_path).to_pylist()
-
-
-def quarantined(p: Pipeline) -> list[dict[str, Any]]:
-    return read_without_spark("delta", p.quarantine_path).to_pylist()
-
-
-def audits(p: Pipeline) -> list[audit.BatchAudit]:
-    return [audit.read(f) for f in audit.audit_files([Path(p.audit_path)])]
-
-
-def check_late(p: Pipeline, outcome: model.Outcome, rounds: list[list[model.Event]]) -> None:
-    """Every late row is in the quarantine once, with its reason, and the audit counts it."""
-    rows = quarantined(p)
-    got = Counter((json.loads(r["raw_text"])["id"], utc_ms(r["_kafka_timestamp"]) > 0) for r in rows)
-    want = Counter((e.id, True) for e, _ in outcome.late)
-    assert got == want
-    for r in rows:
-        assert r["reason"].startswith("late: event time "), r["reason"]
-        assert " is behind the watermark " in r["reason"]
-    batches = audits(p)
-    assert all(b.reconciles for b in batches)
-    assert sum(b.records_late for b in batches) == len(outcome.late) > 0
-    assert sum(b.records_in for b in batches) == sum(len(r) for r in rounds)
-    assert sum(b.records_filtered for b in batches) == len(outcome.filtered)
-
-
 def test_windows_are_exact_and_late_rows_quarantined(world: dict[str, Any]) -> None:
     p, rounds = world["pushes"], world["rounds"]
-    size = 10 * MIN
-    # Deduplication runs first and drops rows by their own event time, windows or not.
-    outcome = model.run(rounds, 10 * MIN, keep=lambda e: e.type == "PushEvent", dedup=True)
-    windows = model.tumbling_counts(outcome.kept, size, key=lambda e: e.repo)
-    want = {
-        (start, repo): (len(es), sum(e.size for e in es))
-        for (start, repo), es in windows.items()
-        if start + size <= outcome.final_watermark
-    }
-    got = {(utc_ms(r["window_start"]), r["repo_name"]): (r["pushes"], r["commits"]) for r in table(p)}
-    assert len(table(p)) == len(got), "a window was written twice"
-    assert got == want
-    assert all(utc_ms(r["window_end"]) - utc_ms(r["window_start"]) == size for r in table(p))
+    want, outcome = model.expected_pushes(rounds)
+    assert pushes_table(p) == want
     check_late(p, outcome, rounds)
 
 
 def test_sessions_are_exact(world: dict[str, Any]) -> None:
     p, rounds = world["sessions"], world["rounds"]
-    outcome = model.run(rounds, 10 * MIN, dedup=True)
-    want = [s for s in model.sessions(outcome.kept, 10 * MIN) if s[2] + 10 * MIN <= outcome.final_watermark]
-    got = sorted(
-        (r["actor_login"], utc_ms(r["session_start"]), utc_ms(r["session_end"]), r["events"]) for r in table(p)
-    )
-    assert got == want
+    want, outcome = model.expected_sessions(rounds)
+    assert sessions_table(p) == want
     check_late(p, outcome, rounds)
 
 
@@ -199,3 +151,31 @@ def test_event_log_has_each_batch(world: dict[str, Any]) -> None:
     assert max(r["state_rows"] for r in mine) > 0
     assert sum(r["late_rows"] for r in mine) == sum(b.records_late for b in audits(world["pushes"]))
     assert all("triggerExecution" in dict(r["duration_ms"]) for r in mine)
+
+
+def test_a_changed_key_is_refused_against_the_checkpoint(world: dict[str, Any], spark: Any) -> None:
+    from jobs.derive import IncompatibleState, check_state
+
+    p = world["pushes"]
+    spec = yaml.safe_load(p.spec_path.read_text()) | {"group_by": ["actor_login"]}
+    changed = p.spec_path.with_name("gh_pushes_changed.yaml")
+    changed.write_text(yaml.safe_dump(spec, sort_keys=False))
+    with pytest.raises(IncompatibleState) as err:
+        check_state(spark, load_pipeline(changed))
+    assert "different group_by" in str(err.value) and "new checkpoint and a new sink.path" in str(err.value)
+    changed.unlink()
+    check_state(spark, p)  # the spec it was built with still starts
+
+
+def test_a_custom_processor_sees_every_accepted_row_once(world: dict[str, Any]) -> None:
+    p, rounds = world["custom"], world["rounds"]
+    outcome = model.run(rounds, 10 * MIN)
+    rows = table(p)
+    # The last round's sentinel keeps its key open; every other key went idle and was written.
+    want = Counter(e.actor for e in outcome.accepted if e.actor != "zed")
+    got: Counter[str] = Counter()
+    for r in rows:
+        got[r["actor_login"]] += r["events"]
+    assert got == want
+    assert "zed" not in got and len(rows) >= len(want)
+    check_late(p, outcome, rounds)

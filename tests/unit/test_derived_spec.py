@@ -199,3 +199,23 @@ def test_sessions_merge_joins_out_of_order_events() -> None:
     gap = 10
     assert merge([(0, 0, 1), (25, 25, 1), (12, 12, 1)], gap) == [(0, 0, 1), (12, 12, 1), (25, 25, 1)]
     assert merge([(0, 0, 1), (25, 25, 1), (12, 12, 1), (6, 6, 1), (18, 18, 1)], gap) == [(0, 25, 5)]
+
+
+def test_status_shows_the_last_batch_of_a_stateful_stream() -> None:
+    from sluice.cli.stream import last_batch_rows
+
+    progress = {
+        "batch_id": 7,
+        "input_rows": 50,
+        "rows_per_second": 1234.5,
+        "watermark": "2021-07-21T10:50:00.000Z",
+        "state_rows": 42,
+        "state_memory_bytes": 3 * 1_048_576,
+        "late_rows": 5,
+    }
+    rows = dict(last_batch_rows(progress))
+    assert rows["last batch"] == "7: 50 rows in, 1,234 rows/s"
+    assert rows["watermark"] == "2021-07-21T10:50:00.000Z"
+    assert rows["state"] == "42 rows, 3.0 MiB" and rows["late rows (last batch)"] == "5"
+    assert dict(last_batch_rows({"batch_id": 1, "input_rows": 3})).keys() == {"last batch"}  # a stateless stream
+    assert last_batch_rows({}) == []
