@@ -13,7 +13,7 @@ JARS  := $(SLUICE_JARS)
 UV    := $(BIN)/uv
 MVN   := mvn -q -B
 
-.PHONY: setup demo airflow test lint types unit bench bench-latency bench-expectations bench-throughput bench-memory bench-sql profile-ingest clean distclean help
+.PHONY: setup demo airflow test lint types unit bench bench-latency bench-expectations bench-throughput bench-memory bench-sql bench-derived profile-ingest clean distclean help
 
 help:
 	@echo "make demo   set up, then run the device-signal and payment pipelines end to end"
@@ -26,6 +26,7 @@ help:
 	@echo "make bench-throughput    Sluice vs plain Spark vs a hand-written consumer, fixed cost, scale"
 	@echo "make bench-memory        RSS of the embedded stack: Airflow, Kafka and one stream (~6 min)"
 	@echo "make bench-sql           query latency: the SQL endpoint vs sluice sql without it (~20 min)"
+	@echo "make bench-derived       windowed example: batch time and state size at 1,000 and 10,000 keys (~8 min)"
 	@echo "make profile-ingest      one sluice run under Java Flight Recorder and py-spy: top frames"
 	@echo "make clean  stop the broker and remove local state (tables, checkpoints, broker data)"
 
@@ -108,7 +109,7 @@ test: lint types $(SLUICE_HOME)/.postgres
 unit: setup
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
-bench: bench-latency bench-expectations bench-throughput bench-memory bench-sql
+bench: bench-latency bench-expectations bench-throughput bench-memory bench-sql bench-derived
 
 bench-latency: setup
 	$(BIN)/python benchmarks/latency.py
@@ -124,6 +125,9 @@ bench-memory: setup
 
 bench-sql: setup
 	$(BIN)/python benchmarks/sql.py
+
+bench-derived: setup
+	$(BIN)/python benchmarks/derived.py
 
 profile-ingest: setup
 	$(BIN)/python benchmarks/profile_ingest.py

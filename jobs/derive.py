@@ -1,7 +1,8 @@
-"""The derived job: another pipeline's table in, event-time work, a date-partitioned table out.
+"""The derived job: another pipeline's table (or Kafka) in, event-time work, a table out.
 
-Run by ``jobs/ingest.py`` when the spec's source is a table (``sluice run``, Airflow, the
-same spark-submit). The query is one stream with two branches over the same micro-batch:
+Run by ``jobs/ingest.py`` when the spec reads a table or declares event-time work
+(``sluice run``, Airflow, the same spark-submit). The query is one stream with two branches
+over the same micro-batch (three for Kafka: records that cannot be parsed are the third):
 
 - the **operator** branch: the spec's filter, then Spark's own stateful operators
   (``dropDuplicatesWithinWatermark``, ``window``/``session_window`` aggregation, or
@@ -33,7 +34,8 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import LongType, StructField, StructType
 
 from jobs import hadoopfs
-from jobs.events import EventLog
+from jobs.events import EventLog, WriterCounts
+from jobs.parse import REASON, flat_rows, parse, quarantine_rows, read_kafka
 from jobs.sinks import BatchSink, DeltaSink, ParquetSink, table_exists
 from sluice.records import checkpoint
 from sluice.records.audit import BatchAudit
@@ -57,7 +59,7 @@ from sluice.spec.model import duration_ms
 
 log = logging.getLogger("sluice.derive")
 
-KIND, OUT, IN = "_sluice_kind", "_sluice_out", "_sluice_in"
+KIND, OUT, IN, BAD = "_sluice_kind", "_sluice_out", "_sluice_in", "_sluice_bad"
 SESSION_TIME = "sluice_event_time"
 CUSTOM_TIME = "event_time"
 LATE, KEPT = "_sluice_late", "_sluice_kept"
@@ -148,27 +150,39 @@ def operator(df: DataFrame, d: Derivation) -> DataFrame:
     return df
 
 
-def build(spark: SparkSession, pipeline: Pipeline) -> tuple[DataFrame, StructType, StructType]:
-    """The two branches as one stream of (kind, operator row, input row)."""
+def read_input(spark: SparkSession, pipeline: Pipeline) -> tuple[DataFrame, DataFrame | None]:
+    """The rows to work on and, for a Kafka source, the records that cannot be parsed (as
+    quarantine rows, with their reason)."""
+    if pipeline.upstream is not None:
+        return read_upstream(spark, pipeline), None
+    parsed = parse(read_kafka(spark, pipeline), pipeline)
+    good = flat_rows(parsed.filter(F.col(REASON).isNull()), pipeline)
+    return good, quarantine_rows(parsed.filter(F.col(REASON).isNotNull()), pipeline)
+
+
+def _struct(df: DataFrame) -> Column:
+    return F.struct(*[F.col(f"`{c}`") for c in df.columns])
+
+
+def build(spark: SparkSession, pipeline: Pipeline) -> DataFrame:
+    """The branches as one stream of (kind, operator row, input row, rejected record)."""
     d = pipeline.derivation
-    src = read_upstream(spark, pipeline)
+    src, rejected = read_input(spark, pipeline)
     if d.stateful:
         src = src.withWatermark(d.time, str(d.watermark))
     kept = src.filter(F.expr(d.filter)) if d.filter else src
     out = operator(kept, d)
-    in_type, out_type = StructType(src.schema.fields), StructType(out.schema.fields)
-    both = out.select(
-        F.lit(OUT).alias(KIND),
-        F.struct(*[F.col(f"`{c}`") for c in out.columns]).alias(OUT),
-        F.lit(None).cast(in_type).alias(IN),
-    ).unionByName(
-        src.select(
-            F.lit(IN).alias(KIND),
-            F.lit(None).cast(out_type).alias(OUT),
-            F.struct(*[F.col(f"`{c}`") for c in src.columns]).alias(IN),
+    branches = {OUT: out, IN: src} | ({BAD: rejected} if rejected is not None else {})
+    types = {kind: StructType(df.schema.fields) for kind, df in branches.items()}
+    both: DataFrame | None = None
+    for kind, df in branches.items():
+        row = df.select(
+            F.lit(kind).alias(KIND),
+            *[(_struct(df) if k == kind else F.lit(None).cast(t)).alias(k) for k, t in types.items()],
         )
-    )
-    return both, in_type, out_type
+        both = row if both is None else both.unionByName(row)
+    assert both is not None
+    return both
 
 
 # --- one micro-batch -------------------------------------------------------------------------
@@ -224,16 +238,22 @@ class DerivedWriter:
             rows_out = out.count()
             if rows_out:
                 self._write(out_sink, out, batch_id)
-            if late:
-                quarantine.write(self._quarantine(inputs.filter(F.col(LATE)), watermark), batch_id)
+            rejected = batch.filter(F.col(KIND) == BAD).select(f"{BAD}.*") if BAD in batch.columns else None
+            bad = rejected.count() if rejected is not None else 0
+            if late or bad:
+                # One write per batch and table: the batch id is the write's transaction version.
+                to_quarantine = self._quarantine(inputs.filter(F.col(LATE)), watermark)
+                if rejected is not None and bad:
+                    to_quarantine = to_quarantine.unionByName(rejected)
+                quarantine.write(to_quarantine, batch_id)
         finally:
             batch.unpersist()
-        audit = BatchAudit(self.pipeline.name, batch_id, n, n - filtered - late, 0, rows_out)
+        audit = BatchAudit(self.pipeline.name, batch_id, n + bad, n - filtered - late, bad, rows_out)
         audit.records_late, audit.records_filtered, audit.watermark_ms = late, filtered, watermark
         audit.seconds = round(time.monotonic() - started, 3)
         audit.written_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         hadoopfs.write_text(self.spark, f"{self.pipeline.audit_path}/{audit_file(batch_id)}", audit.to_json())
-        self.events.late[batch_id] = (late, filtered)
+        self.events.counts[batch_id] = WriterCounts(n + bad, late, filtered)
         log.info(
             "%s batch %d: %d rows in -> %d accepted, %d late, %d filtered; %d rows out in %.2fs",
             self.pipeline.name,
@@ -337,7 +357,7 @@ def start(
     if pipeline.derivation.stateful:
         # Read once, at a checkpoint's first batch; a restart keeps the checkpoint's provider.
         spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
-    both, _, _ = build(spark, pipeline)
+    both = build(spark, pipeline)
     trigger = {"availableNow": True} if available_now else pipeline.spec.trigger.spark_kwargs()
     return (
         both.writeStream.queryName(pipeline.name)

@@ -15,6 +15,7 @@ import logging
 import os
 import threading
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -42,26 +43,39 @@ def _timestamp(text: str | None) -> datetime | None:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC).replace(tzinfo=None)
 
 
-def progress_row(pipeline: str, progress: Any, late: dict[int, tuple[int, int]]) -> dict[str, Any]:
-    """One event-log row from a StreamingQueryProgress (and the writer's late counts)."""
+@dataclass(frozen=True)
+class WriterCounts:
+    """A derived pipeline's own count of a batch. Its query reads the source once per branch,
+    so Spark's numInputRows (and its rates) count each row once per branch."""
+
+    records_in: int
+    late: int
+    filtered: int
+
+
+def progress_row(pipeline: str, progress: Any, counts: dict[int, WriterCounts]) -> dict[str, Any]:
+    """One event-log row from a StreamingQueryProgress (and the writer's counts)."""
     ops = list(progress.stateOperators or [])
     batch_time = _timestamp(progress.timestamp) or datetime.now(UTC).replace(tzinfo=None)
-    late_rows, filtered = late.get(int(progress.batchId), (0, 0))
+    spark_rows = int(progress.numInputRows or 0)
+    mine = counts.get(int(progress.batchId))
+    rows = mine.records_in if mine is not None else spark_rows
+    scale = rows / spark_rows if spark_rows else 1.0
     return {
         "pipeline": pipeline,
         "query_id": str(progress.id),
         "run_id": str(progress.runId),
         "batch_id": int(progress.batchId),
         "batch_time": batch_time,
-        "input_rows": int(progress.numInputRows or 0),
-        "input_rows_per_second": float(progress.inputRowsPerSecond or 0.0),
-        "processed_rows_per_second": float(progress.processedRowsPerSecond or 0.0),
+        "input_rows": rows,
+        "input_rows_per_second": float(progress.inputRowsPerSecond or 0.0) * scale,
+        "processed_rows_per_second": float(progress.processedRowsPerSecond or 0.0) * scale,
         "watermark": _timestamp((progress.eventTime or {}).get("watermark")),
         "state_rows": sum(int(o.numRowsTotal) for o in ops),
         "state_memory_bytes": sum(int(o.memoryUsedBytes) for o in ops),
         "rows_dropped_by_watermark": sum(int(o.numRowsDroppedByWatermark) for o in ops),
-        "late_rows": late_rows,
-        "filtered_rows": filtered,
+        "late_rows": mine.late if mine else 0,
+        "filtered_rows": mine.filtered if mine else 0,
         "duration_ms": {k: int(v) for k, v in (progress.durationMs or {}).items()},
         "state_operators": json.dumps(
             [
@@ -84,8 +98,8 @@ class EventLog(StreamingQueryListener):
     def __init__(self, pipeline: str, query_name: str) -> None:
         self.pipeline, self.query_name = pipeline, query_name
         self.path = config.events_table()
-        #: batch id -> (late rows, filtered rows), filled by a derived pipeline's writer.
-        self.late: dict[int, tuple[int, int]] = {}
+        #: batch id -> its counts, filled by a derived pipeline's writer.
+        self.counts: dict[int, WriterCounts] = {}
         self.last: dict[str, Any] | None = None
         self._rows: list[dict[str, Any]] = []
         self._lock = threading.Lock()
@@ -100,7 +114,7 @@ class EventLog(StreamingQueryListener):
         if progress.name != self.query_name:
             return
         try:
-            row = progress_row(self.pipeline, progress, self.late)
+            row = progress_row(self.pipeline, progress, self.counts)
         except Exception as exc:  # a monitoring row must never stop the stream
             log.warning("%s: cannot record batch %s: %s", self.pipeline, progress.batchId, first_line(exc))
             return

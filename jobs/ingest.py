@@ -338,7 +338,7 @@ def run(
     if backfill is None:
         spark.streams.addListener(events)
         if reporter is not None:
-            reporter.late = events.late
+            reporter.counts = events.counts
     try:
         return _run(spark, pipeline, available_now, stop, backfill, reporter, events)
     finally:
@@ -430,8 +430,8 @@ def drive(pipeline: Pipeline, backfill: BackfillPlan | None, available_now: bool
     try:
         if pipeline.derived and backfill is not None:
             raise BackfillRefused(
-                f"{pipeline.name} derives from the table of {pipeline.spec.source.table}: it has no Kafka offsets to "  # type: ignore[union-attr]
-                "backfill; backfill the upstream pipeline, or rebuild this one from a new checkpoint"
+                f"{pipeline.name} keeps event-time state: a backfill beside the stream would build its own "
+                "windows and sessions from part of the data; rebuild it from a new checkpoint and sink.path instead"
             )
         if pipeline.spec.mode == "continuous":
             if backfill or available_now or processing_time:

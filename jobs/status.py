@@ -14,18 +14,23 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from jobs.events import WriterCounts
 from sluice.records.run import Status
 
 
-def _progress_summary(progress: dict[str, Any] | None, late: dict[int, tuple[int, int]]) -> dict[str, Any]:
+def _progress_summary(progress: dict[str, Any] | None, counts: dict[int, WriterCounts]) -> dict[str, Any]:
     if not progress:
         return {}
     ops = progress.get("stateOperators") or []
+    mine = counts.get(int(progress.get("batchId") or 0))
+    spark_rows = int(progress.get("numInputRows") or 0)
+    rows = mine.records_in if mine is not None else spark_rows
     summary = {
         "batch_id": progress.get("batchId"),
         "timestamp": progress.get("timestamp"),
-        "input_rows": progress.get("numInputRows"),
-        "rows_per_second": progress.get("processedRowsPerSecond"),
+        "input_rows": rows,
+        "rows_per_second": float(progress.get("processedRowsPerSecond") or 0)
+        * (rows / spark_rows if spark_rows else 1),
         "sources": [
             {"end_offset": s.get("endOffset"), "latest_offset": s.get("latestOffset"), "metrics": s.get("metrics", {})}
             for s in progress.get("sources", [])
@@ -36,7 +41,7 @@ def _progress_summary(progress: dict[str, Any] | None, late: dict[int, tuple[int
             "watermark": (progress.get("eventTime") or {}).get("watermark"),
             "state_rows": sum(int(o.get("numRowsTotal") or 0) for o in ops),
             "state_memory_bytes": sum(int(o.get("memoryUsedBytes") or 0) for o in ops),
-            "late_rows": late.get(int(progress.get("batchId") or 0), (0, 0))[0],
+            "late_rows": mine.late if mine is not None else 0,
         }
     return summary
 
@@ -62,12 +67,12 @@ class StatusReporter:
     def __init__(self, spark: SparkSession, name: str) -> None:
         sc = spark.sparkContext
         self.name, self.app_id, self.ui = name, sc.applicationId, sc.uiWebUrl
-        #: batch id -> (late rows, filtered rows), from a derived pipeline's writer.
-        self.late: dict[int, tuple[int, int]] = {}
+        #: batch id -> its counts, from a derived pipeline's writer (see jobs.events).
+        self.counts: dict[int, WriterCounts] = {}
 
     def report(self, state: str, query: StreamingQuery | None = None, error: str | None = None) -> None:
         status = Status(self.name, state, os.getpid(), time.time(), self.app_id, ui=self.ui, error=error)
         if query is not None:
             status.query_id, status.run_id = str(query.id), str(query.runId)
-            status.last_progress = _progress_summary(query.lastProgress, self.late)
+            status.last_progress = _progress_summary(query.lastProgress, self.counts)
         status.save()

@@ -90,6 +90,8 @@ def schedule(seed: int, rounds: int = 5, per_round: int = 40) -> list[list[Event
 @dataclass
 class Outcome:
     accepted: list[Event] = field(default_factory=list)  # reached the operator
+    #: (round, position) of each accepted row: a retry is the same Event, so identity is positional
+    accepted_at: set[tuple[int, int]] = field(default_factory=set)
     kept: list[Event] = field(default_factory=list)  # after deduplication
     late: list[tuple[Event, int]] = field(default_factory=list)  # with the watermark that judged it
     filtered: list[Event] = field(default_factory=list)
@@ -109,10 +111,10 @@ def run(
     o = Outcome()
     watermark, newest = 0, None
     state: dict[str, int] = {}  # dedup key -> expires at
-    for rows in rounds:
+    for r, rows in enumerate(rounds):
         o.watermarks.append(watermark)
         state = {k: v for k, v in state.items() if v > watermark}
-        for e in rows:
+        for i, e in enumerate(rows):
             if not keep(e):
                 o.filtered.append(e)
                 continue
@@ -120,6 +122,7 @@ def run(
                 o.late.append((e, watermark))
                 continue
             o.accepted.append(e)
+            o.accepted_at.add((r, i))
             if dedup:
                 if e.id in state:
                     continue
@@ -154,11 +157,10 @@ def sliding_counts(
 ) -> dict[tuple[int, str], int]:
     """Rows per sliding window, counting a row only in windows still open (end after the
     watermark) when it arrived: Spark drops a row from the windows that had closed."""
-    accepted = {id(e) for e in outcome.accepted}
     counts: dict[tuple[int, str], int] = defaultdict(int)
-    for rows, watermark in zip(rounds, outcome.watermarks, strict=True):
-        for e in rows:
-            if id(e) not in accepted:
+    for r, (rows, watermark) in enumerate(zip(rounds, outcome.watermarks, strict=True)):
+        for i, e in enumerate(rows):
+            if (r, i) not in outcome.accepted_at:
                 continue
             start = e.t - e.t % slide_ms
             while start + size_ms > e.t:
@@ -218,3 +220,32 @@ def expected_sessions(rounds: list[list[Event]]) -> tuple[list[tuple[str, int, i
     outcome = run(rounds, DELAY, dedup=True)
     closed = [s for s in sessions(outcome.kept, DELAY) if s[2] + DELAY <= outcome.final_watermark]
     return closed, outcome
+
+
+def session_windows(
+    rounds: list[list[Event]], gap_ms: int, delay_ms: int, key: Callable[[Event], str]
+) -> tuple[list[tuple[str, int, int, int]], Outcome]:
+    """Spark's session_window, batch by batch: a row that is not late joins every open
+    session of its key that its own window [t, t + gap) overlaps; a session is written (and
+    forgotten) once the watermark reaches its end. A row arriving after its session was
+    written starts a new one, as in Spark."""
+    outcome = run(rounds, delay_ms, late_end=lambda t: t + gap_ms)
+    open_: dict[str, list[list[int]]] = defaultdict(list)  # key -> [start, end, rows]
+    written: list[tuple[str, int, int, int]] = []
+    after = [*outcome.watermarks[1:], outcome.final_watermark]
+    for r, (rows, next_watermark) in enumerate(zip(rounds, after, strict=True)):
+        for i, e in enumerate(rows):
+            if (r, i) not in outcome.accepted_at:
+                continue
+            start, end, n = e.t, e.t + gap_ms, 1
+            keep = []
+            for s in open_[key(e)]:
+                if s[0] < end and start < s[1]:
+                    start, end, n = min(start, s[0]), max(end, s[1]), n + s[2]
+                else:
+                    keep.append(s)
+            open_[key(e)] = [*keep, [start, end, n]]
+        for k, sessions in open_.items():
+            written += [(k, s[0], s[1], s[2]) for s in sessions if s[1] <= next_watermark]
+            open_[k] = [s for s in sessions if s[1] > next_watermark]
+    return sorted(written), outcome

@@ -49,7 +49,7 @@ class SpecCheck:
 
 def columns(p: Pipeline) -> list[tuple[str, str, str]]:
     """(name, where it comes from, type) of each column the pipeline writes."""
-    if p.upstream is None:
+    if not p.derived:
         return [(c.name, c.source, c.type.sql()) for c in p.plan.columns]
     d = p.derivation
     date = p.spec.date_partition.column
@@ -63,7 +63,9 @@ def columns(p: Pipeline) -> list[tuple[str, str, str]]:
         origin |= {SESSION_START: "first event", SESSION_END: "last event", SESSION_EVENTS: "events in the session"}
     origin[date] = f"date of {d.date_source() or 'the write'}"
     out = compatibility.expected(p)[0].columns
-    return [(n, origin.get(n, f"{p.upstream.name}.{n}"), t or "(Spark's)") for n, t in out.items()]
+    source = {c.name: c.source for c in p.plan.columns} if p.upstream is None else {}
+    upstream = f"{p.upstream.name}." if p.upstream is not None else ""
+    return [(n, origin.get(n, source.get(n, f"{upstream}{n}")), t or "(Spark's)") for n, t in out.items()]
 
 
 def _state(p: Pipeline) -> str | None:
@@ -81,7 +83,7 @@ def _state(p: Pipeline) -> str | None:
 def _tables(p: Pipeline) -> tuple[Tables, str]:
     if p.spec.sink.format == "kafka":
         return "kafka", f"writes {p.sink_path}"
-    if p.upstream is not None and (problem := _state(p)):
+    if p.derived and (problem := _state(p)):
         return "mismatch", problem
     if not (compatibility.is_local(p.sink_path) and compatibility.is_local(p.quarantine_path)):
         return "not local", "the tables are not on this machine; the job compares them when it starts"

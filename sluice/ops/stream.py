@@ -270,7 +270,7 @@ def broker_end_offsets(pipeline: Pipeline, timeout: float = 3.0) -> dict[str, di
     """End offsets of the pipeline's topics (a topic pattern is matched against the broker's
     topics); a broker that does not answer within ``timeout`` raises KafkaException. A derived
     pipeline reads a table, not Kafka: it has none."""
-    if pipeline.derived:
+    if pipeline.upstream is not None:
         return {}
     src = pipeline.kafka
     topics = list(src.topics or [])

@@ -44,15 +44,17 @@ def _lineage() -> dict[str, str | None]:
     }
 
 
+def plain_columns(pipeline: Pipeline) -> dict[str, str | None]:
+    """The columns of a pipeline's events as flattened rows, with Sluice's own columns."""
+    date = pipeline.spec.date_partition.column
+    out: dict[str, str | None] = {c.name: c.type.sql() for c in pipeline.plan.columns}
+    return out | _lineage() | {flatten.EVENT_TIME: "timestamp", flatten.INGESTED_AT: "timestamp", date: "date"}
+
+
 def expected(pipeline: Pipeline) -> tuple[Shape, Shape]:
     """The output table and the quarantine table this spec writes."""
     date = pipeline.spec.date_partition.column
-    out: dict[str, str | None]
-    if pipeline.upstream is not None:
-        out = pipeline.derivation.output_columns(date)
-    else:
-        out = {c.name: c.type.sql() for c in pipeline.plan.columns}
-        out |= _lineage() | {flatten.EVENT_TIME: "timestamp", flatten.INGESTED_AT: "timestamp", date: "date"}
+    out = pipeline.derivation.output_columns(date) if pipeline.derived else plain_columns(pipeline)
     quarantine: dict[str, str | None] = {"raw_key": "binary", "raw_value": "binary", "raw_text": "string"}
     quarantine |= _lineage() | {"reason": "string", flatten.INGESTED_AT: "timestamp", date: "date"}
     return Shape(out, [date]), Shape(quarantine, [date])

@@ -110,8 +110,33 @@ def parse_pipeline(data: Any, spec_path: Path, seen: tuple[str, ...] = ()) -> Pi
     except FlattenError as exc:
         raise SpecError(spec_path, exc.field, str(exc)) from None
     _check_continuous_columns(pipeline)
+    if pipeline.derived:
+        _check_derivation(pipeline, "it")
     _check_expectations(pipeline)
     return pipeline
+
+
+def _check_derivation(pipeline: Pipeline, source: str) -> None:
+    """A derived spec's sections against the columns it reads."""
+    spec, spec_path = pipeline.spec, pipeline.spec_path
+    try:
+        pipeline.derivation.check()
+    except DerivedError as exc:
+        raise SpecError(spec_path, exc.field, str(exc)) from None
+    if pipeline.upstream is None and spec.flatten.explode:
+        raise SpecError(
+            spec_path,
+            "flatten.explode",
+            "event-time work counts records; exploding turns one into many. Land the topic in a table "
+            "and derive from it (source: {table: ...}), where the rows are what you count",
+        )
+    if spec.expectations.declared:
+        raise SpecError(
+            spec_path,
+            "expectations",
+            f"expectations are checked on tables of events; declare them on {source} without the "
+            "event-time sections (derived tables are not validated yet)",
+        )
 
 
 def _upstream_spec(spec_path: Path, name: str) -> Path | None:
@@ -150,17 +175,7 @@ def _derived(spec: PipelineSpec, spec_path: Path, source: TableSource, seen: tup
     if upstream.spec.mode == "continuous":
         raise SpecError(spec_path, "source.table", f"{source.table} is a continuous branch; it writes no table")
     pipeline = Pipeline(spec, spec_path, upstream.schema_file, upstream.schema, upstream=upstream)
-    try:
-        pipeline.derivation.check()
-    except DerivedError as exc:
-        raise SpecError(spec_path, exc.field, str(exc)) from None
-    if spec.expectations.declared:
-        raise SpecError(
-            spec_path,
-            "expectations",
-            "expectations are checked on the tables that read Kafka; declare them on the upstream pipeline "
-            f"{source.table} (derived tables are not validated yet)",
-        )
+    _check_derivation(pipeline, f"the upstream pipeline {source.table}")
     return pipeline
 
 

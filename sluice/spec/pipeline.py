@@ -382,23 +382,22 @@ class PipelineSpec(StrictModel):
         return data
 
     @property
-    def derived(self) -> bool:
+    def reads_table(self) -> bool:
         return isinstance(self.source, TableSource)
+
+    @property
+    def derives(self) -> bool:
+        """Does it do event-time work (or read a table)? Then the derive job runs it."""
+        sections = (self.filter, self.deduplicate, self.window, self.state, self.watermark, self.aggregate)
+        return self.reads_table or any(bool(s) for s in sections)
 
     @model_validator(mode="after")
     def _inputs(self) -> PipelineSpec:
-        if not self.derived:
+        if not self.reads_table:
             if self.schema_path is None:
                 raise ValueError("schema: a pipeline that reads Kafka needs the events' schema file")
             if self.event_time is None:
                 raise ValueError("event_time: a pipeline that reads Kafka needs event_time.field")
-            stateful = [k for k in ("deduplicate", "window", "state", "watermark", "filter") if getattr(self, k)]
-            stateful += ["aggregate"] if self.aggregate else []
-            if stateful:
-                raise ValueError(
-                    f"{stateful[0]}: event-time work runs on a table; land the topic in a table first and "
-                    "derive from it with source: {table: <that pipeline>}"
-                )
         elif self.schema_path is not None or self.event_time is not None:
             raise ValueError(
                 "schema/event_time: a derived pipeline reads its upstream table's columns and event time; "
@@ -466,7 +465,8 @@ class Pipeline:
 
     @property
     def derived(self) -> bool:
-        return self.upstream is not None
+        """Run by the derive job: it reads a table, or does event-time work on its events."""
+        return self.spec.derives
 
     @cached_property
     def derivation(self) -> Derivation:
@@ -474,9 +474,14 @@ class Pipeline:
         from sluice.spec import compatibility
         from sluice.spec.columns import EVENT_TIME
 
-        if self.upstream is None:
-            raise ValueError(f"{self.name} reads Kafka; it derives nothing")
+        if not self.derived:
+            raise ValueError(f"{self.name} does no event-time work; it derives nothing")
         s = self.spec
+        inputs = (
+            compatibility.expected(self.upstream)[0].columns
+            if self.upstream is not None
+            else compatibility.plain_columns(self)
+        )
         return Derivation(
             filter=s.filter,
             deduplicate=s.deduplicate,
@@ -487,7 +492,7 @@ class Pipeline:
             output_mode=s.output_mode,
             state=s.state,
             sink_format=s.sink.format,
-            inputs=compatibility.expected(self.upstream)[0].columns,
+            inputs=inputs,
             default_time=EVENT_TIME,
         )
 

@@ -25,6 +25,7 @@ from tests.derived_tables import (
     check_late,
     derived_spec,
     pushes_table,
+    quarantined,
     sessions_table,
     table,
     utc_ms,
@@ -34,6 +35,8 @@ from tests.fixtures import make_pipeline, new_topic, read_without_spark, run_ava
 pytestmark = pytest.mark.integration
 
 SEED = 1521
+#: Sent with every round: records that cannot be parsed (the raw table quarantines them too).
+BAD_RECORDS = [b"{not json", b"[1, 2]"]
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +81,15 @@ def world(broker: Any, spark: Any, tmp_path_factory: pytest.TempPathFactory) -> 
             output_mode="update",
         ),
         "unique": derived_spec(folder, "gh_unique", "gh_raw", deduplicate={"keys": ["id"], "within": "10 minutes"}),
+        "session_windows": derived_spec(
+            folder,
+            "gh_session_windows",
+            "gh_raw",
+            watermark="10 minutes",
+            window={"type": "session", "gap": "5 minutes"},
+            group_by=["repo_name"],
+            aggregate={"events": "count(*)"},
+        ),
         "custom": derived_spec(
             folder,
             "gh_custom",
@@ -93,9 +105,24 @@ def world(broker: Any, spark: Any, tmp_path_factory: pytest.TempPathFactory) -> 
         ),
     }
     pipelines = {k: load_pipeline(p) for k, p in specs.items()}
+    # The same windows, on the topic itself: parsing, its quarantine, then the event-time work.
+    pipelines["kafka"] = make_pipeline(
+        folder,
+        topic,
+        schema="github_event/v1.json",
+        name="gh_kafka_pushes",
+        event_time={"field": "created_at", "format": "iso8601"},
+        filter="type = 'PushEvent'",
+        deduplicate={"keys": ["id"]},
+        watermark="10 minutes",
+        window={"type": "tumbling", "size": "10 minutes"},
+        group_by=["repo_name"],
+        aggregate={"pushes": "count(*)", "commits": "sum(payload_size)"},
+    )
     rounds = model.schedule(SEED)
     for events in rounds:
         records = [Record(json.dumps(e.json()).encode(), "good", None) for e in events]
+        records += [Record(value, "bad", None) for value in BAD_RECORDS]
         assert send(broker.bootstrap, topic, records).sent == len(records)
         run_available_now(spark, raw)
         for p in pipelines.values():
@@ -150,6 +177,8 @@ def test_event_log_has_each_batch(world: dict[str, Any]) -> None:
     assert with_data and all(r["watermark"] is not None for r in with_data)
     assert max(r["state_rows"] for r in mine) > 0
     assert sum(r["late_rows"] for r in mine) == sum(b.records_late for b in audits(world["pushes"]))
+    # The query reads its source once per branch; the log counts each row once.
+    assert sum(r["input_rows"] for r in mine) == sum(b.records_in for b in audits(world["pushes"]))
     assert all("triggerExecution" in dict(r["duration_ms"]) for r in mine)
 
 
@@ -179,3 +208,27 @@ def test_a_custom_processor_sees_every_accepted_row_once(world: dict[str, Any]) 
     assert got == want
     assert "zed" not in got and len(rows) >= len(want)
     check_late(p, outcome, rounds)
+
+
+def test_session_windows_follow_spark_batch_by_batch(world: dict[str, Any]) -> None:
+    p, rounds = world["session_windows"], world["rounds"]
+    want, outcome = model.session_windows(rounds, 5 * MIN, 10 * MIN, key=lambda e: e.repo)
+    got = sorted((r["repo_name"], utc_ms(r["window_start"]), utc_ms(r["window_end"]), r["events"]) for r in table(p))
+    assert got == want and len(got) > 10
+    check_late(p, outcome, rounds)
+
+
+def test_reading_kafka_directly_quarantines_bad_records_and_late_rows(world: dict[str, Any]) -> None:
+    p, rounds = world["kafka"], world["rounds"]
+    want, outcome = model.expected_pushes(rounds)
+    assert pushes_table(p) == want
+    rows = quarantined(p)
+    late = Counter(json.loads(r["raw_text"])["id"] for r in rows if r["reason"].startswith("late: "))
+    assert late == Counter(e.id for e, _ in outcome.late)
+    rejected = sorted(r["reason"].split(":")[0] for r in rows if not r["reason"].startswith("late: "))
+    assert len(rejected) == len(BAD_RECORDS) * len(rounds) and set(rejected) == {"malformed JSON", "not a JSON object"}
+    batches = audits(p)
+    assert all(b.reconciles for b in batches)
+    assert sum(b.records_in for b in batches) == sum(len(r) for r in rounds) + len(rejected)
+    assert sum(b.records_quarantined for b in batches) == len(rejected)
+    assert sum(b.records_late for b in batches) == len(outcome.late)

@@ -94,7 +94,8 @@ def served(spark, broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         passwords.set_password(folder / "passwords", USER, PASSWORD)
         endpoint = Endpoint("127.0.0.1", free_port(), "password")
         started = ops.serve(LocalTarget(), endpoint, by="test")
-        assert set(started.status.tables) == {"sql_signals", "sql_signals_quarantine"}
+        # The stream's listener wrote the event log, which is served beside the tables.
+        assert set(started.status.tables) == {"sql_signals", "sql_signals_quarantine", "sluice_events"}
         try:
             yield Served(endpoint, pipeline, folder, expected)
         finally:
@@ -187,7 +188,9 @@ def test_writes_and_escapes_are_refused_with_a_clear_error_and_change_nothing(se
         assert session.run("SELECT count(*) FROM sql_signals").rows == [(sum(g for _, g, _ in served.expected),)]
         # The catalog is persistent: tables other tests' pipelines registered are there too.
         listed = [r[1] for r in session.run("SHOW TABLES IN sluice").rows]
-        assert {"sql_signals", "sql_signals_quarantine"} <= set(listed)
+        assert {"sql_signals", "sql_signals_quarantine", "sluice_events"} <= set(listed)
+        batches = session.run("SELECT sum(input_rows) FROM sluice_events WHERE pipeline = 'sql_signals'").rows
+        assert batches == [(sum(g + b for _, g, b in served.expected),)]
         described = session.run("DESCRIBE TABLE sql_signals").rows
         assert ("device_type", "string") in [(r[0], r[1]) for r in described]
         # The schema's COMMENT of a field is the column's comment.

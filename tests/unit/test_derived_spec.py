@@ -126,10 +126,21 @@ def test_refusals_name_the_field(folder: Path, fields: dict[str, Any], field: st
     assert words in message, message
 
 
-def test_event_time_work_on_a_kafka_source_points_to_a_table(folder: Path) -> None:
-    spec = yaml.safe_load((folder / "raw.yaml").read_text()) | {"watermark": "10 minutes"}
-    (folder / "raw.yaml").write_text(yaml.safe_dump(spec))
-    assert "derive from it with source: {table:" in refused(folder / "raw.yaml")
+def test_event_time_work_straight_from_kafka(folder: Path) -> None:
+    spec = yaml.safe_load((folder / "raw.yaml").read_text())
+    (folder / "raw.yaml").write_text(
+        yaml.safe_dump(spec | {"window": WINDOW, "aggregate": COUNT, "watermark": "5 minutes"})
+    )
+    p = load_pipeline(folder / "raw.yaml")
+    assert p.derived and p.upstream is None
+    assert list(expected(p)[0].columns) == ["window_start", "window_end", "n", "date"]
+    exploding = spec | {
+        "deduplicate": {"keys": ["id"]},
+        "watermark": "5 minutes",
+        "flatten": {"explode": ["payload.commits"]},
+    }
+    (folder / "raw.yaml").write_text(yaml.safe_dump(exploding))
+    assert "raw.yaml: flatten.explode: " in refused(folder / "raw.yaml")
 
 
 def test_continuous_mode_refuses_windows_and_state(folder: Path) -> None:
