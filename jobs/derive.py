@@ -21,8 +21,6 @@ from __future__ import annotations
 import importlib
 import json
 import logging
-import os
-import signal
 import threading
 import time
 from typing import Any
@@ -34,6 +32,7 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import LongType, StructField, StructType
 
 from jobs import hadoopfs
+from jobs.batches import check_checkpoint, decline_if_stopping, kill_if_asked, query_id
 from jobs.events import EventLog, WriterCounts
 from jobs.parse import REASON, flat_rows, parse, quarantine_rows, read_kafka
 from jobs.sinks import BatchSink, DeltaSink, ParquetSink, table_exists
@@ -64,7 +63,6 @@ SESSION_TIME = "sluice_event_time"
 CUSTOM_TIME = "event_time"
 LATE, KEPT = "_sluice_late", "_sluice_kept"
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-KILL_AFTER_WRITING = "SLUICE_TEST_KILL_AFTER_WRITING_BATCH"
 
 
 class UpstreamMissing(RuntimeError):
@@ -207,8 +205,6 @@ class DerivedWriter:
 
     def sinks(self) -> tuple[BatchSink, BatchSink]:
         if self._sinks is None:
-            from jobs.ingest import query_id
-
             p, date_col = self.pipeline, self.pipeline.spec.date_partition.column
             sink = DeltaSink if p.spec.sink.format == "delta" else ParquetSink
             writer = query_id(self.spark, p)
@@ -219,8 +215,6 @@ class DerivedWriter:
         return self._sinks
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        from jobs.ingest import decline_if_stopping
-
         decline_if_stopping(self.spark, self.pipeline, self.stop, batch_id)
         started = time.monotonic()
         out_sink, quarantine = self.sinks()
@@ -265,14 +259,7 @@ class DerivedWriter:
             rows_out,
             audit.seconds,
         )
-        if os.environ.get(KILL_AFTER_WRITING) == str(batch_id):
-            log.warning(
-                "%s: %s=%d: killing this driver before Spark commits the batch",
-                self.pipeline.name,
-                KILL_AFTER_WRITING,
-                batch_id,
-            )
-            os.killpg(os.getpgrp(), signal.SIGKILL)
+        kill_if_asked(self.pipeline, batch_id)
 
     def _flag(self, inputs: DataFrame, watermark: int) -> DataFrame:
         d = self.d
@@ -350,8 +337,6 @@ def start(
     available_now: bool = False,
     stop: threading.Event | None = None,
 ) -> StreamingQuery:
-    from jobs.ingest import check_checkpoint
-
     check_checkpoint(spark, pipeline)
     check_state(spark, pipeline)
     if pipeline.derivation.stateful:

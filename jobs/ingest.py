@@ -21,8 +21,6 @@ import argparse
 import dataclasses
 import json
 import logging
-import os
-import signal
 import sys
 import threading
 import time
@@ -36,10 +34,18 @@ from pyspark.sql.streaming import StreamingQuery
 
 from jobs import continuous, derive, expectations, hadoopfs
 from jobs.backfill import BackfillRefused, clip_to_stream, drop_present, in_range, source_options
+from jobs.batches import (
+    STOP_MARKER,
+    CheckpointMismatch,
+    check_checkpoint,
+    decline_if_stopping,
+    kill_if_asked,
+    query_id,
+)
 from jobs.events import EventLog
 from jobs.lifecycle import configure_logging, stop_on_signals
 from jobs.parse import REASON, flat_rows, for_split, parse, quarantine_rows, read_kafka
-from jobs.sinks import BatchSink, DeltaSink, ParquetSink, table_exists, table_shape
+from jobs.sinks import BatchSink, DeltaSink, ParquetSink, table_shape
 from jobs.status import StatusReporter, run_summary
 from sluice.records import checkpoint, locks
 from sluice.records.audit import BatchAudit
@@ -49,28 +55,6 @@ from sluice.spec import Pipeline, SpecError, Trigger, compatibility, load_pipeli
 from sluice.spec.continuous import ContinuousError
 
 log = logging.getLogger("sluice.ingest")
-
-
-#: Test hook: SIGKILL the driver's process group right after this batch's tables and audit
-#: are written, before Spark logs the batch as committed: the crash that tests exactly-once
-#: hardest (the batch runs again on restart and must be found already written).
-KILL_AFTER_WRITING = "SLUICE_TEST_KILL_AFTER_WRITING_BATCH"
-
-
-class CheckpointMismatch(RuntimeError):
-    """The table has data but the checkpoint is new: running would repeat or skip data."""
-
-
-class StopRequested(RuntimeError):
-    """Raised by a batch that starts after a stop was requested, before it writes anything."""
-
-
-#: In the query's error when a batch declined to start because of a stop request.
-STOP_MARKER = "sluice: stop requested"
-# Spark (and py4j, on the Python side) log the end of a query whose batch raised as an
-# error, with a trace; for a stop that is noise, so the job turns those loggers off just
-# before it declines the batch. The process ends right after.
-_QUERY_LOGGER = "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution"
 
 
 class BatchWriter:
@@ -148,14 +132,7 @@ class BatchWriter:
         )
         if counts:
             log.info("%s batch %d expectations: %s", self.pipeline.name, batch_id, expectations.summary(counts))
-        if os.environ.get(KILL_AFTER_WRITING) == str(batch_id):
-            log.warning(
-                "%s: %s=%d: killing this driver before Spark commits the batch",
-                self.pipeline.name,
-                KILL_AFTER_WRITING,
-                batch_id,
-            )
-            os.killpg(os.getpgrp(), signal.SIGKILL)
+        kill_if_asked(self.pipeline, batch_id)
 
     def _count(self, batch: DataFrame, batch_id: int) -> tuple[BatchAudit, dict[str, expectations.RuleCount]]:
         rows = (
@@ -181,51 +158,6 @@ class BatchWriter:
         counts = expectations.read_counts(self.pipeline, rows)
         audit.expectations = {name: asdict(c) for name, c in counts.items()}
         return audit, counts
-
-
-def decline_if_stopping(spark: SparkSession, pipeline: Pipeline, stop: threading.Event | None, batch_id: int) -> None:
-    """Raise :class:`StopRequested` when a stop was asked for, before the batch writes anything."""
-    if stop is None or not stop.is_set():
-        return
-    log.info(
-        "%s: stop requested; batch %d is not started (it is read again at the next start)", pipeline.name, batch_id
-    )
-    jvm = spark._jvm
-    assert jvm is not None
-    jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
-        _QUERY_LOGGER, jvm.org.apache.logging.log4j.Level.OFF
-    )
-    logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)  # it logs the raise with a trace
-    raise StopRequested(f"{STOP_MARKER} before batch {batch_id}")
-
-
-def query_id(spark: SparkSession, pipeline: Pipeline) -> str:
-    """The streaming query's id, which Spark keeps in the checkpoint for its lifetime.
-
-    It names this writer in both tables' logs, and nothing else does: a renamed pipeline on
-    the same checkpoint is the same writer (its replayed batch is skipped), and a new
-    checkpoint, whose batch ids start at 0 again, is never mistaken for the old one.
-    """
-    meta = json.loads(hadoopfs.read_text(spark, f"{pipeline.checkpoint_path}/metadata"))
-    return str(meta["id"])
-
-
-def check_checkpoint(spark: SparkSession, pipeline: Pipeline) -> None:
-    """Refuse a new checkpoint for a table that already has data.
-
-    A fresh checkpoint is a new writer that starts again at ``starting_offsets``: it would
-    append everything the table already holds a second time.
-    """
-    if hadoopfs.has_children(spark, f"{pipeline.checkpoint_path}/offsets"):
-        return
-    p = pipeline
-    for path in (p.sink_path, p.quarantine_path):
-        if table_exists(spark, p.spec.sink.format, path):
-            raise CheckpointMismatch(
-                f"{p.name}: the table {path} already has data, but the checkpoint {p.checkpoint_path} "
-                "has no progress. Restore the checkpoint that wrote the table, or write to a new sink "
-                "path; starting over would write its records again."
-            )
 
 
 def check_split(spark: SparkSession, pipeline: Pipeline) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from jobs.derive import KILL_AFTER_WRITING
+from jobs.batches import KILL_AFTER_WRITING
 from sluice.dev.generate import Record
 from sluice.dev.produce import send
 from sluice.ops.submit import ingest_submission, submit_env

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.ingest import KILL_AFTER_WRITING
+from jobs.batches import KILL_AFTER_WRITING
 from sluice.dev.generate import EventGenerator
 from sluice.dev.produce import send, synthetic
 from sluice.ops.submit import ingest_submission, submit_env

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from jobs.ingest import CheckpointMismatch, start
+from jobs.batches import CheckpointMismatch
+from jobs.ingest import start
 from jobs.sinks import read_table
 from sluice.dev.generate import EventGenerator, Record
 from sluice.dev.produce import send, synthetic

@@ -181,16 +181,17 @@ def test_writes_and_escapes_are_refused_with_a_clear_error_and_change_nothing(se
             with pytest.raises(SqlError, match="read-only|FAILED_TO_CREATE_PLAN_FOR_DIRECT_QUERY") as refused:
                 session.run(statement.format(folder=served.folder, secret=served.folder / "passwords"))
             assert "--allow-writes" not in str(refused.value), statement
-        # A table's own location is the table: reading it by path is the same read.
-        assert session.run(f"SELECT count(*) FROM delta.`{served.pipeline.sink_path}`").rows == [
-            (sum(g for _, g, _ in served.expected),)
-        ]
-        assert session.run("SELECT count(*) FROM sql_signals").rows == [(sum(g for _, g, _ in served.expected),)]
+        # A table's own location is the table: reading it by path is the same read. (Counted
+        # by delta-rs: `expected` holds only the partitions that have quarantined rows too, and
+        # the producer's sticky partitioner may leave one without.)
+        good = read_without_spark("delta", served.pipeline.sink_path, ["_kafka_offset"]).num_rows
+        assert session.run(f"SELECT count(*) FROM delta.`{served.pipeline.sink_path}`").rows == [(good,)]
+        assert session.run("SELECT count(*) FROM sql_signals").rows == [(good,)]
         # The catalog is persistent: tables other tests' pipelines registered are there too.
         listed = [r[1] for r in session.run("SHOW TABLES IN sluice").rows]
         assert {"sql_signals", "sql_signals_quarantine", "sluice_events"} <= set(listed)
         batches = session.run("SELECT sum(input_rows) FROM sluice_events WHERE pipeline = 'sql_signals'").rows
-        assert batches == [(sum(g + b for _, g, b in served.expected),)]
+        assert batches == [(RECORDS,)]  # every record read, batch by batch, once
         described = session.run("DESCRIBE TABLE sql_signals").rows
         assert ("device_type", "string") in [(r[0], r[1]) for r in described]
         # The schema's COMMENT of a field is the column's comment.
