@@ -14,7 +14,7 @@ import threading
 from pyspark.sql import SparkSession
 
 from jobs import hadoopfs
-from jobs.sinks import table_exists
+from jobs.sinks import BatchSink, DeltaSink, ParquetSink, table_exists
 from sluice.spec import Pipeline
 
 log = logging.getLogger("sluice.batches")
@@ -94,3 +94,11 @@ def check_checkpoint(spark: SparkSession, pipeline: Pipeline) -> None:
                 "has no progress. Restore the checkpoint that wrote the table, or write to a new sink "
                 "path; starting over would write its records again."
             )
+
+
+def table_sinks(spark: SparkSession, pipeline: Pipeline) -> tuple[BatchSink, BatchSink]:
+    """The pipeline's output table and quarantine, each written by this checkpoint's writer."""
+    date_col = pipeline.spec.date_partition.column
+    sink = DeltaSink if pipeline.spec.sink.format == "delta" else ParquetSink
+    writer = query_id(spark, pipeline)
+    return sink(spark, pipeline.sink_path, date_col, writer), sink(spark, pipeline.quarantine_path, date_col, writer)

@@ -32,10 +32,10 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import LongType, StructField, StructType
 
 from jobs import hadoopfs
-from jobs.batches import check_checkpoint, decline_if_stopping, kill_if_asked, query_id
+from jobs.batches import check_checkpoint, decline_if_stopping, kill_if_asked, table_sinks
 from jobs.events import EventLog, WriterCounts
 from jobs.parse import REASON, flat_rows, parse, quarantine_rows, read_kafka
-from jobs.sinks import BatchSink, DeltaSink, ParquetSink, table_exists
+from jobs.sinks import BatchSink, table_exists
 from sluice.records import checkpoint
 from sluice.records.audit import BatchAudit
 from sluice.records.audit import file_name as audit_file
@@ -205,13 +205,7 @@ class DerivedWriter:
 
     def sinks(self) -> tuple[BatchSink, BatchSink]:
         if self._sinks is None:
-            p, date_col = self.pipeline, self.pipeline.spec.date_partition.column
-            sink = DeltaSink if p.spec.sink.format == "delta" else ParquetSink
-            writer = query_id(self.spark, p)
-            self._sinks = (
-                sink(self.spark, p.sink_path, date_col, writer),
-                sink(self.spark, p.quarantine_path, date_col, writer),
-            )
+            self._sinks = table_sinks(self.spark, self.pipeline)
         return self._sinks
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:

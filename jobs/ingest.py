@@ -40,12 +40,12 @@ from jobs.batches import (
     check_checkpoint,
     decline_if_stopping,
     kill_if_asked,
-    query_id,
+    table_sinks,
 )
 from jobs.events import EventLog
 from jobs.lifecycle import configure_logging, stop_on_signals
 from jobs.parse import REASON, flat_rows, for_split, parse, quarantine_rows, read_kafka
-from jobs.sinks import BatchSink, DeltaSink, ParquetSink, table_shape
+from jobs.sinks import BatchSink, table_shape
 from jobs.status import StatusReporter, run_summary
 from sluice.records import checkpoint, locks
 from sluice.records.audit import BatchAudit
@@ -79,13 +79,7 @@ class BatchWriter:
 
     def sinks(self) -> tuple[BatchSink, BatchSink]:
         if self._sinks is None:
-            p, date_col = self.pipeline, self.pipeline.spec.date_partition.column
-            sink = DeltaSink if p.spec.sink.format == "delta" else ParquetSink
-            writer = query_id(self.spark, p)
-            self._sinks = (
-                sink(self.spark, p.sink_path, date_col, writer),
-                sink(self.spark, p.quarantine_path, date_col, writer),
-            )
+            self._sinks = table_sinks(self.spark, self.pipeline)
         return self._sinks
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
