@@ -29,13 +29,22 @@ def sync(spark: SparkSession, pipelines: list[Pipeline], warn: Callable[[str], N
             if not table_exists(spark, table.format, table.location):
                 continue
             # The catalog records a qualified URI (file:/data/t), so the spec's path is qualified too.
-            if _location(spark, table) != hadoopfs.qualify(spark, table.location):
+            if _location(spark, table) != hadoopfs.qualify(spark, table.location) or _lacks_columns(spark, table):
                 spark.sql(table.drop())
                 spark.sql(table.create())
             registered.append(table.name)
         except Exception as exc:  # any Spark error: this table is skipped, the others go on
             warn(f"{table.name}: cannot register the {table.format} table at {table.location}: {first_line(exc)}")
     return registered
+
+
+def _lacks_columns(spark: SparkSession, table: CatalogTable) -> bool:
+    """A Parquet table registered before its spec's newest columns were written (Delta
+    tables read their schema from their log at every query)."""
+    if table.format != "parquet" or not table.columns:
+        return False
+    have = {c.lower() for c in spark.table(table.qualified).columns}
+    return any(c.lower() not in have for c in table.columns)
 
 
 def _location(spark: SparkSession, table: CatalogTable) -> str | None:

@@ -91,7 +91,7 @@ def read_upstream(spark: SparkSession, pipeline: Pipeline) -> DataFrame:
     options = {"maxFilesPerTrigger": str(source.max_files_per_trigger)} if source.max_files_per_trigger else {}  # type: ignore[union-attr]
     if fmt == "delta":
         return spark.readStream.format("delta").options(**options).load(path)
-    schema = spark.read.parquet(path).schema  # the table's own schema, read through its log
+    schema = spark.read.option("mergeSchema", "true").parquet(path).schema  # the table's own, through its log
     return spark.readStream.schema(schema).options(**options).parquet(path)
 
 

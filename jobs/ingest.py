@@ -44,17 +44,21 @@ from jobs.batches import (
 )
 from jobs.events import EventLog
 from jobs.lifecycle import configure_logging, stop_on_signals
-from jobs.parse import REASON, flat_rows, for_split, parse, quarantine_rows, read_kafka
-from jobs.sinks import BatchSink, table_shape
+from jobs.parse import REASON, flat_rows, for_split, parse, quarantine_rows, read_kafka, rescued_paths
+from jobs.sinks import BatchSink, grow, table_shape
 from jobs.status import StatusReporter, run_summary
 from sluice.records import checkpoint, locks
 from sluice.records.audit import BatchAudit
 from sluice.records.audit import file_name as audit_file
 from sluice.records.backfill import BackfillPlan
 from sluice.spec import Pipeline, SpecError, Trigger, compatibility, load_pipeline
+from sluice.spec.columns import RESCUED_MAP
 from sluice.spec.continuous import ContinuousError
 
 log = logging.getLogger("sluice.ingest")
+
+#: How many of a batch's rescued paths its audit names.
+TOP_RESCUED_PATHS = 10
 
 
 class BatchWriter:
@@ -114,6 +118,14 @@ class BatchWriter:
         audit.seconds = round(time.monotonic() - started, 3)
         audit.written_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         hadoopfs.write_text(self.spark, f"{self.pipeline.audit_path}/{audit_file(batch_id)}", audit.to_json())
+        if audit.records_rescued:
+            log.warning(
+                "%s batch %d: %d records have fields the schema does not declare, kept in _rescued: %s",
+                self.pipeline.name,
+                batch_id,
+                audit.records_rescued,
+                ", ".join(f"{path} ({n})" for path, n in audit.rescued_paths.items()),
+            )
         log.info(
             "%s batch %d: %d records in -> %d out (%d rows), %d quarantined in %.2fs",
             self.pipeline.name,
@@ -135,6 +147,7 @@ class BatchWriter:
                 F.count(F.lit(1)).alias("n"),
                 F.min("offset").alias("first"),
                 F.max("offset").alias("last"),
+                F.count_if(F.size(RESCUED_MAP) > 0).alias("rescued"),
                 *expectations.count_columns(self.pipeline),
             )
             .collect()
@@ -144,11 +157,14 @@ class BatchWriter:
             audit.records_in += r["n"]
             if r["ok"]:
                 audit.records_out += r["n"]
+                audit.records_rescued += r["rescued"]
             else:
                 audit.records_quarantined += r["n"]
             span = audit.offsets.setdefault(r["topic"], {}).setdefault(str(r["partition"]), [r["first"], r["last"]])
             span[0], span[1] = min(span[0], r["first"]), max(span[1], r["last"])
         audit.rows_out = audit.records_out
+        if audit.records_rescued:
+            audit.rescued_paths = rescued_paths(batch.filter(F.col(REASON).isNull()), TOP_RESCUED_PATHS)
         counts = expectations.read_counts(self.pipeline, rows)
         audit.expectations = {name: asdict(c) for name, c in counts.items()}
         return audit, counts
@@ -194,6 +210,7 @@ def start(
 ) -> StreamingQuery:
     """Start the pipeline's streaming query (or one backfill's) and return it."""
     compatibility.check(pipeline, lambda fmt, path: table_shape(spark, fmt, path))
+    grow(spark, pipeline)
     if backfill is None:
         check_checkpoint(spark, pipeline)
         trigger = {"availableNow": True} if available_now else pipeline.spec.trigger.spark_kwargs()

@@ -1,8 +1,9 @@
 """Kafka records to parsed events: the stages before a batch is split and written.
 
 ``value`` is cast to a string and parsed with ``from_json`` against the pipeline's
-schema plus a corrupt-record column; the event time is derived and every record gets
-its quarantine reason (NULL when it is good). Nothing is filtered here: each record
+schema plus a corrupt-record column, and once more as a VARIANT for the fields the schema
+does not declare (:mod:`sluice.spec.rescue`); the event time is derived and every record
+gets its quarantine reason (NULL when it is good). Nothing is filtered here: each record
 read from Kafka reaches the batch writer, which sends it to one table or the other.
 """
 
@@ -14,9 +15,9 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from sluice.spec import Pipeline, eventtime, flatten
+from sluice.spec import Pipeline, eventtime, flatten, rescue
 from sluice.spec import quarantine as q
-from sluice.spec.columns import KEY, REASON
+from sluice.spec.columns import KEY, REASON, RESCUED, RESCUED_MAP, VARIANT
 from sluice.spec.flatten import PARSED, quote
 
 
@@ -49,8 +50,13 @@ def parse(raw: DataFrame, pipeline: Pipeline) -> DataFrame:
             "timestamp",
         )
         .withColumn(PARSED, F.from_json(q.JSON, parse_schema(pipeline), options))
+        .withColumn(VARIANT, F.expr(f"try_parse_json({q.JSON})"))
         .withColumn(q.EVENT_TS, F.expr(eventtime.event_time_sql(event_expr, et.format, event_field.type)))
-        .withColumn(REASON, F.expr(q.reason_sql(pipeline.schema, et.field, et.format, pipeline.accepted_times)))
+        .withColumn(
+            REASON,
+            F.expr(q.reason_sql(pipeline.schema, et.field, et.format, pipeline.accepted_times, pipeline.rescue_fields)),
+        )
+        .withColumn(RESCUED_MAP, F.expr(rescue.rescued_sql(pipeline.schema, pipeline.rescue_fields)))
     )
 
 
@@ -59,16 +65,17 @@ def for_split(batch: DataFrame, keep_raw: Column | None = None) -> DataFrame:
 
     A good record is written from its parsed form, a rejected one from its raw bytes, so
     each row keeps only the one it needs (and ``keep_raw`` rows both: a ``fail`` rule quotes
-    the raw record). The value's text copy is dropped: the quarantine decodes the bytes.
-    Caching the whole row kept every record three times over.
+    the raw record). The value's text and VARIANT copies are dropped: the quarantine decodes
+    the bytes. Caching the whole row kept every record three times over.
     """
     rejected = F.col(REASON).isNotNull()
     raw = rejected if keep_raw is None else rejected | keep_raw
     return batch.select(
-        *[F.col(quote(c)) for c in batch.columns if c not in (KEY, q.VALUE, q.JSON, PARSED)],
+        *[F.col(quote(c)) for c in batch.columns if c not in (KEY, q.VALUE, q.JSON, PARSED, VARIANT, RESCUED_MAP)],
         F.when(raw, F.col(KEY)).alias(KEY),
         F.when(raw, F.col(q.VALUE)).alias(q.VALUE),
         F.when(~rejected, F.col(PARSED)).alias(PARSED),
+        F.when(~rejected, F.col(RESCUED_MAP)).alias(RESCUED_MAP),
     )
 
 
@@ -94,8 +101,28 @@ def flat_rows(good: DataFrame, pipeline: Pipeline) -> DataFrame:
         *_lineage(),
         F.col(q.EVENT_TS).alias(flatten.EVENT_TIME),
         F.current_timestamp().alias(flatten.INGESTED_AT),
+        F.expr(rescued_json()).alias(RESCUED),
         F.expr(eventtime.date_sql(q.EVENT_TS, dp.timezone)).alias(dp.column),
     )
+
+
+def rescued_json() -> str:
+    """The ``_rescued`` column: the rescued fields as one JSON object, NULL when there are none."""
+    return f"CASE WHEN size({RESCUED_MAP}) > 0 THEN to_json({RESCUED_MAP}) END"
+
+
+def rescued_paths(good: DataFrame, top: int) -> dict[str, int]:
+    """How many records rescued each path (indexes removed), the ``top`` most common first."""
+    rows = (
+        good.filter(F.size(RESCUED_MAP) > 0)
+        .select(F.explode(F.map_keys(RESCUED_MAP)).alias("path"))
+        .groupBy(F.regexp_replace("path", rescue.INDEX, "[]").alias("path"))
+        .count()
+        .orderBy(F.desc("count"), "path")
+        .limit(top)
+        .collect()
+    )
+    return {r["path"]: r["count"] for r in rows}
 
 
 def quarantine_rows(bad: DataFrame, pipeline: Pipeline) -> DataFrame:

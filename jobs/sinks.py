@@ -20,7 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from jobs import hadoopfs
 from sluice.records import locks, parquet_log
-from sluice.spec import compatibility
+from sluice.spec import Pipeline, compatibility
 
 log = logging.getLogger("sluice.sinks")
 
@@ -69,6 +69,9 @@ class DeltaSink:
                     .mode("append")
                     .partitionBy(self.partition_by)
                     .option("txnAppId", self.app_id)
+                    # The spec may have gained columns (a new schema version, _rescued): the
+                    # table takes them; what it cannot take was refused before the stream started.
+                    .option("mergeSchema", "true")
                     .option("txnVersion", str(batch_id))
                     .save(self.path)
                 )
@@ -221,8 +224,17 @@ def table_shape(spark: SparkSession, fmt: str, path: str) -> compatibility.Shape
     entries = committed_files(spark, path)
     if not entries:
         return None
-    schema = spark.read.parquet(entries[0].path).schema.json()  # one file: its footer's schema, no partitions
+    # The newest file: it has every column the table has gained (its footer's schema, no partitions).
+    schema = spark.read.parquet(max(entries, key=lambda e: e.modification_time).path).schema.json()
     return compatibility.shape_from_spark_schema(schema, parquet_log.partition_columns(path, entries))
+
+
+def grow(spark: SparkSession, pipeline: Pipeline) -> None:
+    """Log the columns the spec adds to the output table (already checked compatible)."""
+    fmt, path = pipeline.spec.sink.format, pipeline.sink_path
+    found = table_shape(spark, fmt, path) if fmt != "kafka" else None
+    for change in compatibility.growth(compatibility.expected(pipeline)[0], found) if found else []:
+        log.info("%s: the table at %s evolves: %s", pipeline.name, path, change.describe())
 
 
 def table_exists(spark: SparkSession, fmt: str, path: str) -> bool:
@@ -235,7 +247,8 @@ def table_exists(spark: SparkSession, fmt: str, path: str) -> bool:
 
 def read_table(spark: SparkSession, fmt: str, path: str) -> DataFrame:
     """Read a table a pipeline wrote. For Parquet, Spark reads the ``_spark_metadata``
-    log when it is there, so files of an unfinished batch are never seen."""
+    log when it is there, so files of an unfinished batch are never seen. Parquet schemas are
+    merged: files written after the spec gained a column have it, older ones read NULL."""
     if fmt == "delta":
         return spark.read.format("delta").load(path)
-    return spark.read.parquet(path)
+    return spark.read.option("mergeSchema", "true").parquet(path)

@@ -136,7 +136,13 @@ def read_without_spark(fmt: str, path: str, columns: list[str] | None = None) ->
     files = [str(parquet_log.local_path(e.path)) for e in parquet_log.committed_files(Path(path))]
     if not files:
         return empty
+    import pyarrow.parquet as pq
+
+    # Files written before the spec gained a column lack it: read them all under the merged
+    # schema, as a reader with schema merging does.
     dataset = ds.dataset(files, format="parquet", partitioning="hive", partition_base_dir=path)
+    merged = pa.unify_schemas([dataset.schema, *map(pq.read_schema, files)], promote_options="permissive")
+    dataset = ds.dataset(files, schema=merged, format="parquet", partitioning="hive", partition_base_dir=path)
     return dataset.to_table(columns=columns)
 
 

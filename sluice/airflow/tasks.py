@@ -154,6 +154,7 @@ def validate(spec_path: str) -> dict[str, Any]:
     """Great Expectations through the Spark provider; a failed critical expectation fails the task."""
     from sluice.airflow.target import AirflowTarget
     from sluice.ops import validate as validation
+    from sluice.records import audit as audits
 
     params: dict[str, Any] = get_current_context()["params"]
     with as_task_state():
@@ -167,6 +168,9 @@ def validate(spec_path: str) -> dict[str, Any]:
         report = validation.validate(pipeline, AirflowTarget(), chosen)
     for line in report.summary():
         log.info("%s", line)
+    rescued = audits.rescued(pipeline)
+    if rescued is not None:
+        log.warning("%s", rescued.warning(pipeline.name))
     if not report.passed:
         raise AirflowFailException("\n".join(report.summary()))
     return {
@@ -174,4 +178,5 @@ def validate(spec_path: str) -> dict[str, Any]:
         "partitions": [part.date for part in report.partitions],
         "warnings": [f"{o.rule} on {o.partition}" for o in report.warnings],
         "data_docs": report.docs,
+        "rescued": {"records": rescued.records, "paths": rescued.paths} if rescued else None,
     }

@@ -106,6 +106,8 @@ def status(spec: SpecArg, as_json: JsonOut = False) -> None:
     console.print(table)
     if st.broker_error:
         warn(f"{st.broker_error}; start the embedded one with `sluice kafka up`")
+    if st.rescued is not None:
+        warn(st.rescued.warning(p.name))
     if not st.healthy:
         raise typer.Exit(1)
 
@@ -161,6 +163,7 @@ def audit(
         "quarantined",
         "late",
         "filtered",
+        "rescued",
         "already present",
         "expectations failed",
         "seconds",
@@ -182,6 +185,7 @@ def audit(
                     a.records_quarantined,
                     a.records_late,
                     a.records_filtered,
+                    a.records_rescued,
                     a.records_already_present,
                 )
             ),

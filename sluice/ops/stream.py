@@ -32,6 +32,7 @@ from sluice.errors import AlreadyRunning, InvalidInput, StartFailed, StreamUnhea
 from sluice.ops.health import Observation, Verdict, assess
 from sluice.ops.submit import ingest_submission
 from sluice.ops.target import SparkTarget
+from sluice.records import audit as audits
 from sluice.records import locks
 from sluice.records.checkpoint import Committed, read_committed
 from sluice.records.run import Desired, Driver, Status
@@ -290,6 +291,7 @@ class StreamStatus:
     driver: Driver | None
     status: Status | None
     broker_error: str | None = None  # the broker did not answer: lag unknown
+    rescued: audits.Rescued | None = None  # recent batches kept undeclared fields in _rescued
 
     @property
     def healthy(self) -> bool:
@@ -305,6 +307,7 @@ class StreamStatus:
             "driver": asdict(self.driver) if self.driver else None,
             "status": asdict(self.status) if self.status else None,
             "broker_error": self.broker_error,
+            "rescued": asdict(self.rescued) if self.rescued else None,
         }
 
 
@@ -331,7 +334,8 @@ def status(pipeline: Pipeline, offsets: EndOffsets = broker_end_offsets, now: fl
     )
     s = pipeline.spec.supervision
     verdict = assess(obs, max_stall=duration_seconds(s.max_stall), max_lag=s.max_lag)
-    return StreamStatus(pipeline.name, obs, committed, verdict, driver, st, broker_error)
+    rescued = audits.rescued(pipeline) if pipeline.spec.sink.format != "kafka" else None
+    return StreamStatus(pipeline.name, obs, committed, verdict, driver, st, broker_error, rescued)
 
 
 @dataclass(frozen=True)

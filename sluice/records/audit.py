@@ -34,6 +34,10 @@ class BatchAudit:
     records_late: int = 0
     records_filtered: int = 0
     watermark_ms: int = 0
+    # Records written with fields the schema does not declare (or rescued mismatches), and
+    # the most common of those fields' paths (indexes removed) with their counts.
+    records_rescued: int = 0
+    rescued_paths: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
     written_at: str = ""
 
@@ -74,6 +78,36 @@ def read(path: Path) -> BatchAudit:
     return BatchAudit.from_json(path.read_text(encoding="utf-8"))
 
 
+@dataclass(frozen=True)
+class Rescued:
+    """Records written with fields the schema does not declare, over recent batches."""
+
+    batches: int
+    records: int
+    paths: dict[str, int]  # the most common first
+
+    def warning(self, pipeline: str) -> str:
+        top = ", ".join(f"{p} ({n})" for p, n in list(self.paths.items())[:5])
+        return (
+            f"{pipeline}: {self.records} records of the last {self.batches} batches have fields the schema does "
+            f"not declare, kept in _rescued: {top}. `sluice schema suggest {pipeline}` drafts the next version."
+        )
+
+
+def rescued(pipeline: Pipeline, last: int = 50) -> Rescued | None:
+    """What the stream's last ``last`` batches rescued; None when they rescued nothing."""
+    batches = [read(f) for f in list(audit_files([Path(pipeline.audit_path)]))[-last:]]
+    paths: dict[str, int] = {}
+    for b in batches:
+        for path, n in b.rescued_paths.items():
+            paths[path] = paths.get(path, 0) + n
+    records = sum(b.records_rescued for b in batches)
+    if not records:
+        return None
+    ordered = dict(sorted(paths.items(), key=lambda kv: (-kv[1], kv[0])))
+    return Rescued(len(batches), records, ordered)
+
+
 @dataclass
 class Totals:
     batches: int = 0
@@ -83,6 +117,7 @@ class Totals:
     records_quarantined: int = 0
     records_late: int = 0
     records_filtered: int = 0
+    records_rescued: int = 0
 
     def add(self, a: BatchAudit) -> None:
         self.batches += 1
@@ -92,8 +127,11 @@ class Totals:
         self.records_quarantined += a.records_quarantined
         self.records_late += a.records_late
         self.records_filtered += a.records_filtered
+        self.records_rescued += a.records_rescued
 
     def as_dict(self) -> dict[str, int]:
-        """The counts; late and filtered rows only where there are some (derived pipelines)."""
+        """The counts; late, filtered and rescued records only where there are some."""
         counts = asdict(self)
-        return {k: v for k, v in counts.items() if v or k not in ("records_late", "records_filtered")}
+        return {
+            k: v for k, v in counts.items() if v or k not in ("records_late", "records_filtered", "records_rescued")
+        }

@@ -19,6 +19,10 @@ PARSED = "__data"
 EVENT_TS = "__event_ts"
 #: Why a record goes to quarantine; NULL for a good record.
 REASON = "__reason"
+#: The record as a VARIANT (read once, for the fields the schema does not declare), and
+#: those fields by path (a MAP<STRING, VARIANT>, empty when there are none).
+VARIANT = "__variant"
+RESCUED_MAP = "__rescued"
 #: Expectations: did the record reach the rules, and the record each rule looks at.
 CHECKED = "__checked"
 RECORD = "__record"
@@ -30,4 +34,7 @@ KAFKA_OFFSET = "_kafka_offset"
 KAFKA_TIMESTAMP = "_kafka_timestamp"
 EVENT_TIME = "_event_time"
 INGESTED_AT = "_ingested_at"
-METADATA_COLUMNS = (KAFKA_TOPIC, KAFKA_PARTITION, KAFKA_OFFSET, KAFKA_TIMESTAMP, EVENT_TIME, INGESTED_AT)
+#: The record's fields the schema does not declare (and rescued type mismatches), as JSON
+#: by path; NULL when there are none. See :mod:`sluice.spec.rescue`.
+RESCUED = "_rescued"
+METADATA_COLUMNS = (KAFKA_TOPIC, KAFKA_PARTITION, KAFKA_OFFSET, KAFKA_TIMESTAMP, EVENT_TIME, INGESTED_AT, RESCUED)

@@ -1,9 +1,11 @@
 """Can a spec write to the table that is already there? Checked before anything is written.
 
-A table keeps the columns and the partitioning of its first write. A spec changed since
-then (a column's type, a renamed date column, a field added or removed) would otherwise be
-found out late: Delta refuses the first write with a stack trace, and Parquet accepts it,
-leaving files Spark then cannot read together (``PARQUET_COLUMN_DATA_TYPE_MISMATCH``).
+A table keeps the partitioning of its first write, and its columns grow by the rules of
+:mod:`sluice.spec.evolution`: a new column is added (Delta merges it into the table's
+schema; Parquet's new files carry it, and readers merge their schemas). A spec that
+removes a column, changes its type (widening too: see :data:`WIDENING_REFUSED`) or repartitions would
+otherwise be found out late: Delta refuses the first write with a stack trace, and Parquet
+accepts it, leaving files Spark then cannot read together (``PARQUET_COLUMN_DATA_TYPE_MISMATCH``).
 
 :func:`expected` is what the spec writes, worked out from the spec alone; a table's actual
 shape comes from its own log: Delta's schema and partition columns, or for Parquet the
@@ -14,11 +16,12 @@ reads it through Spark (any filesystem), ``sluice check`` through delta-rs and p
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sluice.spec import flatten
+from sluice.spec import evolution, flatten
 from sluice.spec.pipeline import Pipeline
 from sluice.spec.schema import SchemaError, parse_json_schema
 
@@ -48,7 +51,8 @@ def plain_columns(pipeline: Pipeline) -> dict[str, str | None]:
     """The columns of a pipeline's events as flattened rows, with Sluice's own columns."""
     date = pipeline.spec.date_partition.column
     out: dict[str, str | None] = {c.name: c.type.sql() for c in pipeline.plan.columns}
-    return out | _lineage() | {flatten.EVENT_TIME: "timestamp", flatten.INGESTED_AT: "timestamp", date: "date"}
+    own = {flatten.EVENT_TIME: "timestamp", flatten.INGESTED_AT: "timestamp", flatten.RESCUED: "string", date: "date"}
+    return out | _lineage() | own
 
 
 def expected(pipeline: Pipeline) -> tuple[Shape, Shape]:
@@ -72,8 +76,38 @@ def shape_from_spark_schema(schema_json: str, partition_by: list[str]) -> Shape:
     return Shape(columns, list(partition_by))
 
 
+def _type_change(name: str, actual: str, wanted: str) -> evolution.Change | None:
+    old, new = evolution.column_type(actual), evolution.column_type(wanted)
+    if old is None or new is None:
+        return evolution.Change(name, "changed", actual, wanted, False, evolution.CHANGED)
+    changes = evolution.compare(old, new, name)
+    refused = [c for c in changes if not c.compatible or c.kind == "widened"]
+    first = refused[0] if refused else None
+    if first is not None and first.kind == "widened":
+        return dataclasses.replace(first, compatible=False, rule=WIDENING_REFUSED)
+    return first
+
+
+def growth(want: Shape, found: Shape) -> list[evolution.Change]:
+    """The compatible changes the next write makes: columns added, nested fields added, types widened."""
+    have = {name.lower(): t for name, t in found.columns.items()}
+    out = []
+    for name, wanted in want.columns.items():
+        if name.lower() in (p.lower() for p in found.partition_by):
+            continue
+        if name.lower() not in have:
+            out.append(evolution.Change(name, "added", None, wanted, True, evolution.ADDED))
+            continue
+        actual = have[name.lower()]
+        old, new = evolution.column_type(actual or ""), evolution.column_type(wanted or "")
+        if actual != wanted and old is not None and new is not None:
+            out += [c for c in evolution.compare(old, new, name) if c.compatible and c.kind != "widened"]
+    return out
+
+
 def differences(want: Shape, found: Shape) -> list[str]:
-    """What the spec would change, one line per column (names compared as Spark does, ignoring case)."""
+    """What the spec would change that the table cannot take, one line per column (names
+    compared as Spark does, ignoring case). New columns and widened types are not here."""
     problems = []
     if [p.lower() for p in want.partition_by] != [p.lower() for p in found.partition_by]:
         problems.append(
@@ -83,16 +117,36 @@ def differences(want: Shape, found: Shape) -> list[str]:
     have = {name.lower(): (name, t) for name, t in found.columns.items()}
     for name, wanted in want.columns.items():
         if name.lower() not in have:
-            if name.lower() not in (p.lower() for p in found.partition_by + want.partition_by):
-                problems.append(f"column {name}: the spec adds it ({wanted}); the table has no such column")
-            continue
+            continue  # a new column: the next write adds it
         _, actual = have.pop(name.lower())
         if actual is not None and wanted is not None and actual != wanted:
-            problems.append(f"column {name}: the table has {actual}, the spec makes {wanted}")
+            change = _type_change(name, actual, wanted)
+            if change is not None:
+                problems.append(
+                    f"column {change.path}: the table has {change.old or actual}, the spec makes "
+                    f"{change.new or wanted} ({change.rule})"
+                )
     for name, actual in have.values():
         if name.lower() not in (p.lower() for p in want.partition_by + found.partition_by):
-            problems.append(f"column {name}: the table has it ({actual}); the spec no longer makes it")
+            problems.append(
+                f"column {name}: the table has it ({actual}); the spec no longer makes it ({evolution.REMOVED})"
+            )
     return problems
+
+
+#: Delta 4 can widen a column in place, but only by setting its ``typeWidening`` reader
+#: feature, and delta-rs (1.6) then refuses to open the table: Sluice does not do that to a table.
+WIDENING_REFUSED = (
+    "widening a type is compatible between schemas, but the table would need Delta's typeWidening "
+    "feature, which readers such as delta-rs cannot open yet"
+)
+
+#: What a user can do about a change the table cannot take.
+OPTIONS = (
+    "Either change the spec back, or write to a new table: set a new sink.path and checkpoint "
+    "(with starting_offsets: earliest it reads again what Kafka still holds), then backfill "
+    "older ranges into it with `sluice backfill`."
+)
 
 
 class IncompatibleTable(ValueError):
@@ -116,8 +170,7 @@ def check(pipeline: Pipeline, read: Reader) -> None:
             lines = "\n".join(f"  - {p}" for p in problems)
             raise IncompatibleTable(
                 f"{pipeline.name}: the spec does not match the {fmt} table that is already at {path}:\n{lines}\n"
-                "Nothing was written. Change the spec back to match the table, or write to a new table: set a "
-                "new sink.path and checkpoint (with starting_offsets: earliest it reads again what Kafka still holds)."
+                f"Nothing was written. {OPTIONS}"
             )
 
 
@@ -137,9 +190,10 @@ def read_local(fmt: str, path: str) -> Shape | None:
         return None
     import pyarrow.parquet as pq
 
-    footer = pq.read_schema(parquet_log.local_path(entries[0].path)).metadata or {}
+    newest = max(entries, key=lambda e: e.modification_time).path  # it has every column the table gained
+    footer = pq.read_schema(parquet_log.local_path(newest)).metadata or {}
     if SPARK_SCHEMA_KEY not in footer:
-        raise ValueError(f"{entries[0].path} was not written by Spark (no Spark schema in its footer)")
+        raise ValueError(f"{newest} was not written by Spark (no Spark schema in its footer)")
     return shape_from_spark_schema(footer[SPARK_SCHEMA_KEY].decode(), parquet_log.partition_columns(path, entries))
 
 

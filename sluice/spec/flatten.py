@@ -34,6 +34,7 @@ from sluice.spec.columns import (  # noqa: F401 - the plan's names, as its users
     KAFKA_TOPIC,
     METADATA_COLUMNS,
     PARSED,
+    RESCUED,
 )
 from sluice.spec.schema import Array, DataType, Field, Struct
 

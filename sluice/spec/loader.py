@@ -21,6 +21,7 @@ from sluice.spec import eventtime, files, sqlcheck
 from sluice.spec.derived import DerivedError, TableSource
 from sluice.spec.flatten import FlattenError
 from sluice.spec.pipeline import Pipeline, PipelineSpec, SpecError
+from sluice.spec.rescue import rescuable
 from sluice.spec.schema import Array, SchemaError, Struct, load_schema
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -110,6 +111,7 @@ def parse_pipeline(data: Any, spec_path: Path, seen: tuple[str, ...] = ()) -> Pi
     except FlattenError as exc:
         raise SpecError(spec_path, exc.field, str(exc)) from None
     _check_continuous_columns(pipeline)
+    _check_rescue(pipeline)
     if pipeline.derived:
         _check_derivation(pipeline, "it")
     _check_expectations(pipeline)
@@ -244,6 +246,20 @@ def _check_continuous_columns(p: Pipeline) -> None:
             )
     if c.key and c.key not in names:
         raise SpecError(p.spec_path, "continuous.key", f"no column {c.key!r} (columns: {', '.join(p.plan.names)})")
+
+
+def _check_rescue(p: Pipeline) -> None:
+    for dotted in p.spec.on_type_mismatch:
+        where = f"on_type_mismatch.{dotted}"
+        wrong = rescuable(p.schema, dotted)
+        if wrong:
+            raise SpecError(p.spec_path, where, wrong)
+        if dotted == p.event_time.field and p.spec.on_type_mismatch[dotted] == "rescue":
+            raise SpecError(p.spec_path, where, "the event time cannot be rescued: a row without one has no date")
+    if p.rescue_fields and p.spec.sink.format == "kafka":
+        raise SpecError(
+            p.spec_path, "on_type_mismatch", "rescue needs a table sink: a Kafka sink has no _rescued column"
+        )
 
 
 def _check_event_time(p: Pipeline) -> None:

@@ -338,6 +338,10 @@ class PipelineSpec(StrictModel):
     event_time: EventTime | None = None
     date_partition: DatePartition = DatePartition()
     flatten: Flatten = Flatten()
+    #: Field path -> what a value that does not fit the field's type does: ``quarantine``
+    #: the record (the default for every field) or ``rescue`` it: the row is written with
+    #: the field NULL and the value kept in ``_rescued``.
+    on_type_mismatch: dict[str, Literal["quarantine", "rescue"]] = Field(default_factory=dict)
     sink: Sink
     checkpoint: str = Field(min_length=1)
     #: Tables and checkpoints live under $SLUICE_HOME unless this is true (then absolute paths
@@ -495,6 +499,11 @@ class Pipeline:
             inputs=inputs,
             default_time=EVENT_TIME,
         )
+
+    @property
+    def rescue_fields(self) -> list[str]:
+        """The fields whose mismatched values are rescued instead of quarantined."""
+        return sorted(f for f, action in self.spec.on_type_mismatch.items() if action == "rescue")
 
     @property
     def kafka(self) -> Source:

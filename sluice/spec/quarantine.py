@@ -30,10 +30,12 @@ predict the reason of each bad record it makes, so tests compare reason for reas
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
-from sluice.spec.columns import CORRUPT, EVENT_TS, JSON, VALUE
+from sluice.spec.columns import CORRUPT, EVENT_TS, JSON, VALUE, VARIANT
 from sluice.spec.eventtime import Bounds
 from sluice.spec.flatten import PARSED, quote
+from sluice.spec.rescue import fits_but_for_sql
 from sluice.spec.schema import DataType, Struct
 
 EMPTY_VALUE = "empty record: the Kafka message has no value"
@@ -112,13 +114,17 @@ def raw_text_sql() -> str:
     return f"make_valid_utf8(CAST({VALUE} AS STRING))"
 
 
-def reason_sql(schema: Struct, event_field: str, event_format: str, accepted: Bounds) -> str:
+def reason_sql(
+    schema: Struct, event_field: str, event_format: str, accepted: Bounds, rescue: Sequence[str] = ()
+) -> str:
     """A Spark SQL expression that is NULL for a good record and the reason otherwise.
 
     It reads the columns ``__value`` (Kafka value), ``__json`` (value as string),
-    ``__data`` (``from_json`` with a ``__corrupt`` column) and ``__event_ts``.
+    ``__data`` (``from_json`` with a ``__corrupt`` column), ``__variant`` (the value as a
+    VARIANT, NULL when it is not JSON) and ``__event_ts``. A type mismatch in a field of
+    ``rescue`` is not a reason: its value is kept in ``_rescued`` (:mod:`sluice.spec.rescue`).
     """
-    variant = f"try_parse_json({JSON})"
+    variant = VARIANT
     kind = f"schema_of_variant({variant})"
     found = (
         f"CASE WHEN {kind} LIKE 'ARRAY%' THEN 'array' WHEN {kind} = 'STRING' THEN 'string' "
@@ -129,13 +135,17 @@ def reason_sql(schema: Struct, event_field: str, event_format: str, accepted: Bo
     mismatches = []
     for dotted, expr, dtype, _req, _parent in nodes:
         jp = json_path(dotted)
-        if jp is None:
+        if jp is None or dotted in rescue:
             continue
         item = lit(mismatch_item(dotted, "struct" if isinstance(dtype, Struct) else dtype.sql()))
         mismatches.append(
             f"CASE WHEN {expr} IS NULL AND get_json_object({JSON}, {lit(jp)}) IS NOT NULL THEN {item} END"
         )
     mismatch_list = f"concat_ws(', ', {', '.join(mismatches)})" if mismatches else "''"
+    # Only rescued fields did not fit: the record goes on to the other checks.
+    only_rescued = (
+        f"({kind} LIKE 'OBJECT%' AND {fits_but_for_sql(schema, list(rescue), JSON, CORRUPT)})" if rescue else "false"
+    )
 
     missing = []
     for dotted, expr, _dtype, required, parent in nodes:
@@ -154,7 +164,7 @@ def reason_sql(schema: Struct, event_field: str, event_format: str, accepted: Bo
   WHEN {VALUE} IS NULL THEN {lit(EMPTY_VALUE)}
   WHEN NOT is_valid_utf8({JSON}) THEN {lit(NOT_UTF8)}
   WHEN {PARSED} IS NULL THEN {lit(BLANK)}
-  WHEN {PARSED}.{CORRUPT} IS NOT NULL THEN CASE
+  WHEN {PARSED}.{CORRUPT} IS NOT NULL AND NOT coalesce({only_rescued}, false) THEN CASE
     WHEN {variant} IS NULL THEN {lit(MALFORMED)}
     WHEN {kind} NOT LIKE 'OBJECT%' THEN concat({lit(not_object(""))}, {found})
     WHEN {mismatch_list} != '' THEN concat({lit(type_mismatch([]))}, {mismatch_list})

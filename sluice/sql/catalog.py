@@ -24,15 +24,20 @@ class CatalogTable:
     format: str
     location: str
     comment: str
+    #: The columns the spec writes (empty when not known): a Parquet table registered
+    #: without one of them is registered again, since its schema was read from older files.
+    columns: tuple[str, ...] = ()
 
     @property
     def qualified(self) -> str:
         return f"{quote(DATABASE)}.{quote(self.name)}"
 
     def create(self) -> str:
-        """Registers the table where it is; the schema and partitions come from its files."""
+        """Registers the table where it is; the schema and partitions come from its files
+        (for Parquet, merged over all of them: newer files may have more columns)."""
+        merge = " OPTIONS (mergeSchema 'true')" if self.format == "parquet" else ""
         return (
-            f"CREATE TABLE IF NOT EXISTS {self.qualified} USING {self.format} "
+            f"CREATE TABLE IF NOT EXISTS {self.qualified} USING {self.format}{merge} "
             f"LOCATION {literal(self.location)} COMMENT {literal(self.comment)}"
         )
 
@@ -50,7 +55,10 @@ def catalog_tables(pipelines: list[Pipeline]) -> list[CatalogTable]:
             continue
         about = " ".join(p.spec.description.split()) or f"Events of the {p.name} pipeline."
         owner = f" Owner: {p.spec.owner}."
-        tables.append(CatalogTable(p.name, fmt, p.sink_path, about + owner))
+        from sluice.spec.compatibility import expected
+
+        columns = tuple(expected(p)[0].columns)
+        tables.append(CatalogTable(p.name, fmt, p.sink_path, about + owner, columns))
         tables.append(
             CatalogTable(
                 p.quarantine_table,

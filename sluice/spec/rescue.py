@@ -1,0 +1,169 @@
+"""Rescued data: the fields of a record the schema does not declare, kept instead of dropped.
+
+``from_json`` reads the fields a schema declares and ignores the rest, so a field a producer
+adds would vanish without a trace. Every record is therefore also read once as a VARIANT,
+and each object in it, at any depth, is compared with the struct the schema declares
+there. What the schema does not declare is kept by its path:
+
+=====================================  =============================================
+the record                             ``_rescued``
+=====================================  =============================================
+``{"actor": {"id": 1, "pronouns": "they"}}``   ``{"actor.pronouns": "they"}``
+``{"commits": [{"sha": "a", "verified": true}]}``  ``{"commits[0].verified": true}``
+``{"tags": {"x": 1}, "new": [1, 2]}``  ``{"tags": {"x": 1}, "new": [1, 2]}`` (undeclared
+                                       at the top: the whole value, as it came)
+=====================================  =============================================
+
+Values keep their JSON type. A field the spec lists under ``on_type_mismatch`` with
+``rescue`` whose value does not fit its type is kept the same way (the column is NULL and
+the row is written), where by default the record goes to quarantine.
+
+Names are compared as Spark's JSON reader compares them: exactly, so ``ID`` beside a
+declared ``id`` is rescued. A field whose name cannot be written as a JSON path (it holds
+both ``'`` and ``]``) is not looked into. Map values are looked into too (``tags[x].new``).
+
+The expressions are built here, from the schema alone, and Spark runs them
+(:func:`rescued_sql`); they use only built-in functions, so they run wherever the job does.
+"""
+
+from __future__ import annotations
+
+import re
+
+from sluice.spec.columns import PARSED, VARIANT
+from sluice.spec.flatten import quote
+from sluice.spec.schema import Array, DataType, Map, Struct
+
+#: A MAP<STRING, VARIANT> with nothing in it.
+EMPTY = "map_filter(map('', parse_json('null')), (k, v) -> false)"
+
+#: An array index or map key in a rescued path (Java and Python read it alike).
+INDEX = r"\[[^\]]*\]"
+
+
+def normalize(path: str) -> str:
+    """A rescued path without its array indexes and map keys: ``commits[3].x`` -> ``commits[].x``.
+    Paths are counted this way when the most common ones are reported."""
+    return re.sub(INDEX, "[]", path)
+
+
+def _lit(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _member(name: str) -> str | None:
+    """The JSON path step to an object's member (None when it cannot be written)."""
+    if re.fullmatch(r"[A-Za-z0-9_]+", name):
+        return f".{name}"
+    if "'" not in name and "]" not in name:
+        return f"['{name}']"
+    return None
+
+
+def _contains_struct(t: DataType) -> bool:
+    if isinstance(t, Struct):
+        return True
+    if isinstance(t, Array):
+        return _contains_struct(t.element)
+    if isinstance(t, Map):
+        return _contains_struct(t.value)
+    return False
+
+
+def _child_path(path: str | None, name_sql: str) -> str:
+    return name_sql if path is None else f"concat({path}, '.', {name_sql})"
+
+
+def _walk(t: DataType, v: str, path: str | None, depth: int) -> list[str]:
+    """MAP<STRING, VARIANT> expressions (never NULL) of what ``t`` does not declare in the
+    variant ``v``, keyed by path; ``path`` is the SQL of ``v``'s own path (None at the top)."""
+    k, x, e, i = f"k{depth}", f"x{depth}", f"e{depth}", f"i{depth}"
+    if isinstance(t, Struct):
+        names = ", ".join(_lit(f.name) for f in t.fields)
+        members = f"try_variant_get({v}, '$', 'map<string,variant>')"
+        undeclared = f"map_filter({members}, ({k}, {x}) -> NOT array_contains(array({names}), {k}))"
+        keyed = f"transform_keys({undeclared}, ({k}, {x}) -> {_child_path(path, k)})"
+        out = [f"coalesce({keyed}, {EMPTY})"]
+        for f in t.fields:
+            step = _member(f.name)
+            if step is None or not _contains_struct(f.type):
+                continue
+            child = f"try_variant_get({v}, {_lit('$' + step)}, 'variant')"
+            out += _walk(f.type, child, _child_path(path, _lit(f.name)), depth + 1)
+        return out
+    if isinstance(t, Array) and _contains_struct(t.element):
+        element = _merge(_walk(t.element, e, f"concat({path or _lit('')}, '[', {i}, ']')", depth + 1))
+        elements = f"transform(try_variant_get({v}, '$', 'array<variant>'), ({e}, {i}) -> {element})"
+        return [
+            f"coalesce(aggregate({elements}, {EMPTY}, (a{depth}, m{depth}) -> map_concat(a{depth}, m{depth})), {EMPTY})"
+        ]
+    if isinstance(t, Map) and _contains_struct(t.value):
+        entries = f"map_entries(try_variant_get({v}, '$', 'map<string,variant>'))"
+        value = _merge(_walk(t.value, f"{e}.value", f"concat({path or _lit('')}, '[', {e}.key, ']')", depth + 1))
+        merged = f"transform({entries}, {e} -> {value})"
+        return [
+            f"coalesce(aggregate({merged}, {EMPTY}, (a{depth}, m{depth}) -> map_concat(a{depth}, m{depth})), {EMPTY})"
+        ]
+    return []
+
+
+def _merge(maps: list[str]) -> str:
+    return maps[0] if len(maps) == 1 else f"map_concat({', '.join(maps)})"
+
+
+def _raw(dotted: str) -> str:
+    steps = "".join(_member(p) or "" for p in dotted.split("."))
+    return f"try_variant_get({VARIANT}, {_lit('$' + steps)}, 'variant')"
+
+
+def mismatch_sql(dotted: str) -> str:
+    """True when the field at ``dotted`` is in the record but ``from_json`` could not read it."""
+    parsed = PARSED + "." + ".".join(quote(p) for p in dotted.split("."))
+    raw = _raw(dotted)
+    return f"({parsed} IS NULL AND {raw} IS NOT NULL AND NOT is_variant_null({raw}))"
+
+
+def _ddl(t: DataType, rescue: set[str], path: str = "") -> str:
+    """``t`` as a DDL type with every field of ``rescue`` read as STRING (which takes any
+    JSON value), and names quoted."""
+    if isinstance(t, Struct):
+        fields = []
+        for f in t.fields:
+            p = f"{path}.{f.name}" if path else f.name
+            inner = "string" if p in rescue else _ddl(f.type, rescue, p)
+            fields.append(f"{quote(f.name)}: {inner}")
+        return f"struct<{', '.join(fields)}>"
+    if isinstance(t, Array):
+        return f"array<{_ddl(t.element, rescue, path + '[]')}>"
+    if isinstance(t, Map):
+        return f"map<{_ddl(t.key, rescue)}, {_ddl(t.value, rescue, path + '{}')}>"
+    return t.sql()
+
+
+def fits_but_for_sql(schema: Struct, rescue: list[str], json: str, corrupt: str) -> str:
+    """True when the record fits the schema except in the fields of ``rescue``: it is read
+    again with those fields as strings, and nothing else must fail (a value that does not
+    fit inside an array element, say, leaves only a NULL there)."""
+    relaxed = _ddl(schema, set(rescue))[:-1] + f", {quote(corrupt)}: string>"
+    options = f"map('mode', 'PERMISSIVE', 'columnNameOfCorruptRecord', {_lit(corrupt)})"
+    return f"(from_json({json}, {_lit(relaxed)}, {options}).{quote(corrupt)} IS NULL)"
+
+
+def rescued_sql(schema: Struct, rescue: list[str]) -> str:
+    """A MAP<STRING, VARIANT> expression over the columns ``__variant`` (the record) and
+    ``__data`` (what ``from_json`` read): every undeclared field, and every field of
+    ``rescue`` whose value did not fit, by path. Empty when there is nothing to rescue."""
+    kept = [f"CASE WHEN {mismatch_sql(f)} THEN map({_lit(f)}, {_raw(f)}) ELSE {EMPTY} END" for f in rescue]
+    return _merge(_walk(schema, VARIANT, None, 0) + kept)
+
+
+def rescuable(schema: Struct, dotted: str) -> str | None:
+    """Why the field at ``dotted`` cannot be marked ``rescue`` (None when it can)."""
+    found = schema.find(dotted)
+    if found is None:
+        return f"no field {dotted!r} in the schema (outside arrays)"
+    if found.required:
+        return f"{dotted!r} is required (not nullable): a value that does not fit cannot leave it empty"
+    if any(_member(p) is None for p in dotted.split(".")):
+        return f"{dotted!r} has a name that cannot be written as a JSON path"
+    return None
