@@ -195,6 +195,18 @@ def check_split(spark: SparkSession, pipeline: Pipeline) -> None:
     hadoopfs.write_text(spark, record, json.dumps(pipeline.split, sort_keys=True))
 
 
+def check_schema(spark: SparkSession, pipeline: Pipeline) -> None:
+    """Refuse a schema version that cannot follow the one this checkpoint ran with, then
+    record this one (:data:`compatibility.SCHEMA_FILE`)."""
+    cp = pipeline.checkpoint_path.rstrip("/")
+    record = f"{cp}/{compatibility.SCHEMA_FILE}"
+    if compatibility.SCHEMA_FILE in hadoopfs.list_names(spark, cp):
+        problem = compatibility.schema_problems(pipeline, hadoopfs.read_text(spark, record))
+        if problem:
+            raise compatibility.IncompatibleTable(problem)
+    hadoopfs.write_text(spark, record, pipeline.schema.to_spark_json())
+
+
 def for_backfill(pipeline: Pipeline, backfill: BackfillPlan) -> Pipeline:
     """The same pipeline and tables, with the backfill's own checkpoint (and audit log)."""
     spec = pipeline.spec.model_copy(update={"checkpoint": pipeline.backfill_checkpoint_path(backfill.id)})
@@ -221,6 +233,7 @@ def start(
         raw = read_kafka(spark, pipeline, source_options(backfill, pipeline.kafka.spark_options()))
         raw = raw.filter(in_range(backfill))
     check_split(spark, pipeline)
+    check_schema(spark, pipeline)
     return (
         parse(raw, pipeline)
         .writeStream.queryName(pipeline.name if backfill is None else f"{pipeline.name}-backfill-{backfill.id}")

@@ -81,13 +81,15 @@ def new_topic(broker: EmbeddedBroker, partitions: int = 2, prefix: str = "t") ->
     return name
 
 
-def make_pipeline(folder: Path, topic: str, schema: str = "device_signal/v1.json", **fields: Any) -> Pipeline:
+def make_pipeline(
+    folder: Path, topic: str, schema: str | dict[str, Any] = "device_signal/v1.json", **fields: Any
+) -> Pipeline:
     """Write a spec for ``topic`` with its tables and checkpoint under ``folder``."""
     name = fields.pop("name", "p_" + topic.replace("-", "_"))
     spec: dict[str, Any] = {
         "name": name,
         "source": {"topics": [topic], "starting_offsets": "earliest"},
-        "schema": str(config.PROJECT_ROOT / "schemas" / schema),
+        "schema": schema if isinstance(schema, dict) else str(config.PROJECT_ROOT / "schemas" / schema),
         "event_time": {"field": "timestamp", "format": "epoch_seconds"},
         "sink": {"format": "delta", "path": str(folder / "tables" / name)},
         "checkpoint": str(folder / "checkpoints" / name),

@@ -80,10 +80,23 @@ def _state(p: Pipeline) -> str | None:
     return incompatible_message(p.name, changed, p.checkpoint_path, p.sink_path) if changed else None
 
 
+def _schema(p: Pipeline) -> str | None:
+    """Why the spec's schema cannot follow the one its (local) checkpoint ran with, or None."""
+    from sluice.records.checkpoint import local_dir
+
+    root = local_dir(p.checkpoint_path)
+    record = root / compatibility.SCHEMA_FILE if root else None
+    if record is None or not record.is_file():
+        return None
+    return compatibility.schema_problems(p, record.read_text(encoding="utf-8"))
+
+
 def _tables(p: Pipeline) -> tuple[Tables, str]:
     if p.spec.sink.format == "kafka":
         return "kafka", f"writes {p.sink_path}"
     if p.derived and (problem := _state(p)):
+        return "mismatch", problem
+    if not p.derived and (problem := _schema(p)):
         return "mismatch", problem
     if not (compatibility.is_local(p.sink_path) and compatibility.is_local(p.quarantine_path)):
         return "not local", "the tables are not on this machine; the job compares them when it starts"

@@ -153,6 +153,28 @@ class IncompatibleTable(ValueError):
     """The spec no longer matches the table it writes to."""
 
 
+#: The schema a checkpoint last ran with, beside Spark's files in it: a new version is
+#: compared with it by the rules of :mod:`sluice.spec.evolution` (a field made required
+#: leaves no trace in the table's columns, so the table alone cannot tell).
+SCHEMA_FILE = "sluice_schema.json"
+
+
+def schema_problems(pipeline: Pipeline, recorded: str) -> str | None:
+    """Why the spec's schema cannot follow the one the checkpoint recorded (None if it can)."""
+    try:
+        old = parse_json_schema(recorded, f"{pipeline.checkpoint_path}/{SCHEMA_FILE}")
+    except SchemaError:
+        return None  # not ours to judge: the table comparison still runs
+    refused = evolution.incompatible(evolution.compare(old, pipeline.schema))
+    if not refused:
+        return None
+    lines = "\n".join(f"  - {c.describe()}" for c in refused)
+    return (
+        f"{pipeline.name}: the schema {pipeline.schema_file.name} cannot follow the one the checkpoint "
+        f"{pipeline.checkpoint_path} ran with:\n{lines}\nNothing was written. {OPTIONS}"
+    )
+
+
 Reader = Callable[[str, str], Shape | None]
 
 

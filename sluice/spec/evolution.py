@@ -64,8 +64,9 @@ class Change:
     compatible: bool
     rule: str
 
-    def describe(self) -> str:
-        what = {
+    @property
+    def what(self) -> str:
+        return {
             "added": f"added ({self.new})",
             "removed": f"removed (was {self.old})",
             "widened": f"{self.old} -> {self.new}",
@@ -73,7 +74,9 @@ class Change:
             "required": "nullable -> required",
             "relaxed": "required -> nullable",
         }[self.kind]
-        return f"{self.path}: {what}: {self.rule}"
+
+    def describe(self) -> str:
+        return f"{self.path}: {self.what}: {self.rule}"
 
 
 def widens(old: str, new: str) -> bool:

@@ -17,10 +17,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from sluice import config
-from sluice.spec import eventtime, files, sqlcheck
+from sluice.spec import eventtime, files, registry, sqlcheck
 from sluice.spec.derived import DerivedError, TableSource
 from sluice.spec.flatten import FlattenError
 from sluice.spec.pipeline import Pipeline, PipelineSpec, SpecError
+from sluice.spec.registry import RegistrySchema
 from sluice.spec.rescue import rescuable
 from sluice.spec.schema import Array, SchemaError, Struct, load_schema
 
@@ -99,9 +100,12 @@ def parse_pipeline(data: Any, spec_path: Path, seen: tuple[str, ...] = ()) -> Pi
         return _derived(spec, spec_path, spec.source, seen)
 
     assert spec.schema_path is not None  # checked by PipelineSpec
-    schema_file = _schema_file(spec_path, spec.schema_path)
     try:
-        schema = load_schema(schema_file)
+        if isinstance(spec.schema_path, RegistrySchema):
+            schema_file, schema = registry.load(spec.schema_path)
+        else:
+            schema_file = _schema_file(spec_path, spec.schema_path)
+            schema = load_schema(schema_file)
     except SchemaError as exc:
         raise SpecError(spec_path, "schema", str(exc)) from None
     pipeline = Pipeline(spec, spec_path, schema_file, schema)

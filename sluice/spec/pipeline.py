@@ -41,6 +41,7 @@ from sluice.spec.derived import Deduplicate, Derivation, State, TableSource, Win
 from sluice.spec.expectations import Expectations
 from sluice.spec.flatten import METADATA_COLUMNS, FlattenPlan, plan_flatten
 from sluice.spec.model import Duration, Schedule, StrictModel
+from sluice.spec.registry import RegistrySchema
 from sluice.spec.schema import Struct
 
 
@@ -334,7 +335,8 @@ class PipelineSpec(StrictModel):
     tags: list[str] = Field(default_factory=list)
     source: AnySource
     #: Required for Kafka sources; a derived pipeline reads its upstream table's columns.
-    schema_path: str | None = Field(default=None, alias="schema", min_length=1)
+    #: A schema file, or a registry subject (see :mod:`sluice.spec.registry`).
+    schema_path: str | RegistrySchema | None = Field(default=None, alias="schema")
     event_time: EventTime | None = None
     date_partition: DatePartition = DatePartition()
     flatten: Flatten = Flatten()
@@ -398,7 +400,7 @@ class PipelineSpec(StrictModel):
     @model_validator(mode="after")
     def _inputs(self) -> PipelineSpec:
         if not self.reads_table:
-            if self.schema_path is None:
+            if self.schema_path is None or self.schema_path == "":
                 raise ValueError("schema: a pipeline that reads Kafka needs the events' schema file")
             if self.event_time is None:
                 raise ValueError("event_time: a pipeline that reads Kafka needs event_time.field")

@@ -114,13 +114,14 @@ def test_every_declaration_becomes_its_expectation(tmp_path) -> None:
         ],
         key=lambda x: x[2]["sluice_rule"],
     )
-    assert table_columns(pipeline)[-7:] == [
+    assert table_columns(pipeline)[-8:] == [
         "_kafka_topic",
         "_kafka_partition",
         "_kafka_offset",
         "_kafka_timestamp",
         "_event_time",
         "_ingested_at",
+        "_rescued",
         "date",
     ]
 

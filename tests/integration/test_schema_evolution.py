@@ -34,15 +34,17 @@ V1 = (
 )
 #: v2 declares the nested field the producer started sending in round 2.
 V2 = V1.replace("address: STRUCT<city: STRING>>", "address: STRUCT<city: STRING>, tier: STRING>")
-#: v3 narrows a type: refused.
+#: v3 narrows a type: refused. v3b makes a field required, which the table's columns cannot
+#: show: the schema the checkpoint ran with refuses it.
 V3 = V2.replace("total DOUBLE", "total INT")
+V3B = V2.replace("customer STRUCT<id: STRING,", "customer STRUCT<id: STRING NOT NULL,")
 
 
 def schemas(folder: Path) -> dict[str, Path]:
     root = folder / "schemas" / "order"
     root.mkdir(parents=True)
     out = {}
-    for version, ddl in (("v1", V1), ("v2", V2), ("v3", V3)):
+    for version, ddl in (("v1", V1), ("v2", V2), ("v3", V3), ("v3b", V3B)):
         out[version] = root / f"{version}.ddl"
         out[version].write_text(ddl)
     return out
@@ -182,8 +184,71 @@ def test_added_fields_are_rescued_then_the_spec_moves_to_v2_and_v3_is_refused(sp
     v3 = make_pipeline(tmp_path, topic, **(spec | {"schema": str(files["v3"])}))
     [checked] = check([v3.spec_path])
     assert checked.tables == "mismatch"
-    assert "column total: the table has double, the spec makes int" in checked.detail
-    assert "narrowing or changing a type is not compatible" in checked.detail
+    assert "total: double -> int: narrowing or changing a type is not compatible" in checked.detail
     assert "set a new sink.path and checkpoint" in checked.detail
     with pytest.raises(compatibility.IncompatibleTable, match="column total"):
         start(spark, v3, available_now=True)
+    v3b = make_pipeline(tmp_path, topic, **(spec | {"schema": str(files["v3b"])}))
+    [checked] = check([v3b.spec_path])
+    assert checked.tables == "mismatch"
+    assert "customer.id: nullable -> required: making a field required is not compatible" in checked.detail
+    with pytest.raises(compatibility.IncompatibleTable, match="customer.id: nullable -> required"):
+        start(spark, v3b, available_now=True)
+
+
+def test_a_registry_subject_evolves_and_an_outage_does_not_stop_a_restart(spark, broker, tmp_path, monkeypatch) -> None:
+    """Against a local stand-in for the registry's REST API (tests/registry_standin.py)."""
+    from sluice.spec import registry
+    from tests.registry_standin import RegistryStandIn
+
+    monkeypatch.setattr(registry, "LATEST_TTL", 0.0)  # ask the registry at every load
+    standin = RegistryStandIn()
+    order = {
+        "type": "object",
+        "required": ["id", "ts"],
+        "properties": {
+            "id": {"type": "string"},
+            "ts": {"type": "integer"},
+            "customer": {"type": "object", "properties": {"id": {"type": "string"}}},
+        },
+    }
+    standin.register("orders-value", order)
+    topic = new_topic(broker, partitions=2)
+    spec = {
+        "name": "orders_registry",
+        "schema": {"registry": standin.url, "subject": "orders-value", "version": "latest"},
+        "event_time": {"field": "ts", "format": "epoch_seconds"},
+    }
+    v1 = make_pipeline(tmp_path, topic, **spec)
+
+    def send_orders(start: int, count: int, **extra: Any) -> None:
+        events = [
+            {"id": f"o-{i}", "ts": 1_760_000_000 + i, "customer": {"id": "c"}, **extra}
+            for i in range(start, start + count)
+        ]
+        send(broker.bootstrap, topic, [Record(json.dumps(e).encode(), "good", None, e) for e in events])
+
+    send_orders(0, 60, channel="web")
+    run_available_now(spark, v1)
+    first = rows("delta", v1.sink_path)
+    assert len(first) == 60 and all(json.loads(r["_rescued"]) == {"channel": "web"} for r in first.values())
+
+    # The producer's team registers v2 with the field; a restart picks it up.
+    standin.register("orders-value", order | {"properties": order["properties"] | {"channel": {"type": "string"}}})
+    v2 = make_pipeline(tmp_path, topic, **spec)
+    assert v2.schema_file.name == "v2.json"
+    send_orders(60, 40, channel="app")
+    run_available_now(spark, v2)
+
+    # The registry goes down; the next restart works from the cached v2.
+    standin.stop()
+    during = make_pipeline(tmp_path, topic, **spec)
+    assert during.schema_file.name == "v2.json"
+    send_orders(100, 30, channel="pos")
+    run_available_now(spark, during)
+
+    out = rows("delta", v1.sink_path)
+    assert sorted(r["id"] for r in out.values()) == sorted(f"o-{i}" for i in range(130))
+    later = [r for r in out.values() if int(r["id"][2:]) >= 60]
+    assert all(r["channel"] in ("app", "pos") and r["_rescued"] is None for r in later)
+    assert all(r["channel"] is None for r in out.values() if int(r["id"][2:]) < 60)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -140,3 +141,18 @@ def test_recent_rescues_are_summed_for_status_and_the_quality_dag(spec, tmp_path
     assert "5 records of the last 3 batches" in found.warning("signals") and "a.b (5), c[] (1)" in found.warning(
         "signals"
     )
+
+
+def test_the_checkpoint_schema_refuses_what_the_table_cannot_show(spec) -> None:
+    from sluice.spec.compatibility import schema_problems
+    from sluice.spec.schema import load_schema
+
+    p = load_pipeline(spec())
+    assert schema_problems(p, p.schema.to_spark_json()) is None
+    assert schema_problems(p, "not a schema") is None  # not ours to judge; the table check still runs
+    required = load_schema(p.schema_file)
+    relaxed = json.loads(required.to_spark_json())
+    relaxed["fields"][0]["nullable"] = True  # the checkpoint ran with timestamp nullable
+    problem = schema_problems(p, json.dumps(relaxed))
+    assert problem is not None and "timestamp: nullable -> required: " + ev.REQUIRED in problem
+    assert "Nothing was written." in problem and "sluice backfill" in problem
