@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pyspark.sql import SparkSession
 
 from jobs import hadoopfs
-from jobs.sinks import table_exists
+from jobs.sinks import table_exists, table_shape
 from sluice.errors import first_line
 from sluice.spec import Pipeline
 from sluice.sql.catalog import CatalogTable, catalog_tables, database_statement
@@ -39,12 +39,14 @@ def sync(spark: SparkSession, pipelines: list[Pipeline], warn: Callable[[str], N
 
 
 def _lacks_columns(spark: SparkSession, table: CatalogTable) -> bool:
-    """A Parquet table registered before its spec's newest columns were written (Delta
-    tables read their schema from their log at every query)."""
+    """A Parquet table registered before its newest files gained a column (Delta tables read
+    their schema from their log at every query). Only columns the files already have count:
+    a spec's new column is there once a batch has written it."""
     if table.format != "parquet" or not table.columns:
         return False
+    written = table_shape(spark, "parquet", table.location)
     have = {c.lower() for c in spark.table(table.qualified).columns}
-    return any(c.lower() not in have for c in table.columns)
+    return written is not None and any(c.lower() not in have for c in written.columns)
 
 
 def _location(spark: SparkSession, table: CatalogTable) -> str | None:

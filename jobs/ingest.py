@@ -45,7 +45,7 @@ from jobs.batches import (
 from jobs.events import EventLog
 from jobs.lifecycle import configure_logging, stop_on_signals
 from jobs.parse import REASON, flat_rows, for_split, parse, quarantine_rows, read_kafka, rescued_paths
-from jobs.sinks import BatchSink, grow, table_shape
+from jobs.sinks import BatchSink, log_growth, table_shape
 from jobs.status import StatusReporter, run_summary
 from sluice.records import checkpoint, locks
 from sluice.records.audit import BatchAudit
@@ -80,6 +80,7 @@ class BatchWriter:
     ) -> None:
         self.spark, self.pipeline, self.backfill, self.stop = spark, pipeline, backfill, stop
         self._sinks: tuple[BatchSink, BatchSink] | None = None
+        self._schema_recorded = False
 
     def sinks(self) -> tuple[BatchSink, BatchSink]:
         if self._sinks is None:
@@ -90,6 +91,9 @@ class BatchWriter:
         decline_if_stopping(self.spark, self.pipeline, self.stop, batch_id)
         started = time.monotonic()
         out, quarantine = self.sinks()
+        if not self._schema_recorded:
+            record_schema(self.spark, self.pipeline)
+            self._schema_recorded = True
         checked = expectations.check(batch, self.pipeline)
         batch = for_split(checked, expectations.fail_rule_failed(self.pipeline)).persist(StorageLevel.MEMORY_AND_DISK)
         present = 0
@@ -196,14 +200,21 @@ def check_split(spark: SparkSession, pipeline: Pipeline) -> None:
 
 
 def check_schema(spark: SparkSession, pipeline: Pipeline) -> None:
-    """Refuse a schema version that cannot follow the one this checkpoint ran with, then
-    record this one (:data:`compatibility.SCHEMA_FILE`)."""
+    """Refuse a schema version that cannot follow the one this checkpoint ran with
+    (:data:`compatibility.SCHEMA_FILE`, which the first batch under a schema records)."""
     cp = pipeline.checkpoint_path.rstrip("/")
-    record = f"{cp}/{compatibility.SCHEMA_FILE}"
     if compatibility.SCHEMA_FILE in hadoopfs.list_names(spark, cp):
-        problem = compatibility.schema_problems(pipeline, hadoopfs.read_text(spark, record))
+        problem = compatibility.schema_problems(
+            pipeline, hadoopfs.read_text(spark, f"{cp}/{compatibility.SCHEMA_FILE}")
+        )
         if problem:
             raise compatibility.IncompatibleTable(problem)
+
+
+def record_schema(spark: SparkSession, pipeline: Pipeline) -> None:
+    """Record the schema a batch is written under. Not at start: a start that fails before
+    its first batch leaves the tables as they were, and going back must stay possible."""
+    record = f"{pipeline.checkpoint_path.rstrip('/')}/{compatibility.SCHEMA_FILE}"
     hadoopfs.write_text(spark, record, pipeline.schema.to_spark_json())
 
 
@@ -222,7 +233,7 @@ def start(
 ) -> StreamingQuery:
     """Start the pipeline's streaming query (or one backfill's) and return it."""
     compatibility.check(pipeline, lambda fmt, path: table_shape(spark, fmt, path))
-    grow(spark, pipeline)
+    log_growth(spark, pipeline)
     if backfill is None:
         check_checkpoint(spark, pipeline)
         trigger = {"availableNow": True} if available_now else pipeline.spec.trigger.spark_kwargs()

@@ -224,12 +224,11 @@ def table_shape(spark: SparkSession, fmt: str, path: str) -> compatibility.Shape
     entries = committed_files(spark, path)
     if not entries:
         return None
-    # The newest file: it has every column the table has gained (its footer's schema, no partitions).
-    schema = spark.read.parquet(max(entries, key=lambda e: e.modification_time).path).schema.json()
+    schema = spark.read.parquet(parquet_log.newest(entries).path).schema.json()  # its footer; no partitions
     return compatibility.shape_from_spark_schema(schema, parquet_log.partition_columns(path, entries))
 
 
-def grow(spark: SparkSession, pipeline: Pipeline) -> None:
+def log_growth(spark: SparkSession, pipeline: Pipeline) -> None:
     """Log the columns the spec adds to the output table (already checked compatible)."""
     fmt, path = pipeline.spec.sink.format, pipeline.sink_path
     found = table_shape(spark, fmt, path) if fmt != "kafka" else None

@@ -11,6 +11,7 @@ from rich.table import Table
 from sluice.cli.output import JsonOut, SpecArg, console, load, print_json, say, warn
 from sluice.ops import schema as schemas
 from sluice.spec import evolution
+from sluice.spec.compatibility import WIDENING_REFUSED
 
 schema_app = typer.Typer(
     no_args_is_help=True,
@@ -49,9 +50,16 @@ def diff(old: SchemaArg, new: SchemaArg, as_json: JsonOut = False) -> None:
 
 @schema_app.command("check-compat")
 def check_compat(old: SchemaArg, new: SchemaArg, as_json: JsonOut = False) -> None:
-    """Can a pipeline running on OLD move to NEW on the same checkpoint and table? Exits 1 if not."""
+    """Can a pipeline running on OLD move to NEW on the same checkpoint? Exits 1 if not.
+
+    A widened type is compatible between the schemas, but a table that exists cannot take
+    it yet (see `sluice check`): that is a warning here.
+    """
     changes = schemas.diff(old, new)
     refused = evolution.incompatible(changes)
+    for c in changes:
+        if c.kind == "widened" and not as_json:
+            warn(f"{c.path}: {c.what}: a table that exists cannot take it: {WIDENING_REFUSED}")
     if as_json:
         print_json({"compatible": not refused, "changes": _as_dicts(changes)})
     else:

@@ -96,16 +96,19 @@ def _tables(p: Pipeline) -> tuple[Tables, str]:
         return "kafka", f"writes {p.sink_path}"
     if p.derived and (problem := _state(p)):
         return "mismatch", problem
-    if not p.derived and (problem := _schema(p)):
-        return "mismatch", problem
+    schema = None if p.derived else _schema(p)
     if not (compatibility.is_local(p.sink_path) and compatibility.is_local(p.quarantine_path)):
+        if schema:
+            return "mismatch", schema
         return "not local", "the tables are not on this machine; the job compares them when it starts"
     try:
         compatibility.check(p, compatibility.read_local)
     except compatibility.IncompatibleTable as exc:
-        return "mismatch", str(exc)
+        return "mismatch", "\n".join(filter(None, (str(exc), schema)))
     except Exception as exc:  # a reader's own errors (delta-rs, a damaged log): report and go on
         return "unreadable", f"could not read its tables to compare them: {exc}"
+    if schema:
+        return "mismatch", schema
     exists = Path(p.sink_path).exists() or Path(p.quarantine_path).exists()
     return ("match", "matches its tables") if exists else ("none yet", "no table written yet")
 

@@ -30,7 +30,7 @@ from sluice.spec.rescue import normalize
 from sluice.spec.schema import Array, Atomic, DataType, Field, Map, SchemaError, Struct, load_schema
 
 _VERSION = re.compile(r"^v(\d+)\.(json|ddl)$")
-_STEP = re.compile(r"([^.\[]+)((?:\[[^\]]*\])*)")
+_STEP = re.compile(r"(`(?:[^`]|``)+`|[^.\[`]+)((?:\[[^\]]*\])*)")
 
 
 def resolve(ref: str) -> Path:
@@ -109,15 +109,21 @@ def merge(a: DataType | None, b: DataType | None) -> DataType | None:
 
 
 def steps(path: str) -> list[tuple[str, int]]:
-    """``items[0].discount`` -> [("items", 1), ("discount", 0)]: each name with the number of
-    ``[...]`` (array element or map value) steps after it."""
-    out = []
-    for part in path.split("."):
-        m = _STEP.fullmatch(part)
+    """``items[0].discount`` -> [("items", 1), ("discount", 0)]: each name (backticks removed)
+    with the number of ``[...]`` (array element or map value) steps after it."""
+    out, pos = [], 0
+    while True:
+        m = _STEP.match(path, pos)
         if m is None:
-            raise ValueError(part)
-        out.append((m[1], m[2].count("[")))
-    return out
+            raise ValueError(path)
+        name = m[1][1:-1].replace("``", "`") if m[1].startswith("`") else m[1]
+        out.append((name, m[2].count("[")))
+        pos = m.end()
+        if pos == len(path):
+            return out
+        if path[pos] != ".":
+            raise ValueError(path)
+        pos += 1
 
 
 def _inside(t: DataType, hops: int) -> DataType | None:

@@ -147,6 +147,12 @@ def live(entries: Iterable[Entry]) -> list[Entry]:
     return [e for e in entries if e.action == "add" and e.path not in deleted]
 
 
+def newest(entries: list[Entry]) -> Entry:
+    """The file written last: it has every column the table has gained (Parquet files keep
+    the schema they were written with)."""
+    return max(entries, key=lambda e: e.modification_time)
+
+
 # --- who wrote a file -------------------------------------------------------------------
 
 

@@ -107,7 +107,7 @@ def growth(want: Shape, found: Shape) -> list[evolution.Change]:
 
 def differences(want: Shape, found: Shape) -> list[str]:
     """What the spec would change that the table cannot take, one line per column (names
-    compared as Spark does, ignoring case). New columns and widened types are not here."""
+    compared as Spark does, ignoring case). New columns and nested fields are not here."""
     problems = []
     if [p.lower() for p in want.partition_by] != [p.lower() for p in found.partition_by]:
         problems.append(
@@ -121,11 +121,10 @@ def differences(want: Shape, found: Shape) -> list[str]:
         _, actual = have.pop(name.lower())
         if actual is not None and wanted is not None and actual != wanted:
             change = _type_change(name, actual, wanted)
-            if change is not None:
-                problems.append(
-                    f"column {change.path}: the table has {change.old or actual}, the spec makes "
-                    f"{change.new or wanted} ({change.rule})"
-                )
+            if change is not None and change.path == name:  # the column's own type
+                problems.append(f"column {name}: the table has {actual}, the spec makes {wanted} ({change.rule})")
+            elif change is not None:  # a field inside it
+                problems.append(f"column {name}: field {change.describe()}")
     for name, actual in have.values():
         if name.lower() not in (p.lower() for p in want.partition_by + found.partition_by):
             problems.append(
@@ -212,7 +211,7 @@ def read_local(fmt: str, path: str) -> Shape | None:
         return None
     import pyarrow.parquet as pq
 
-    newest = max(entries, key=lambda e: e.modification_time).path  # it has every column the table gained
+    newest = parquet_log.newest(entries).path
     footer = pq.read_schema(parquet_log.local_path(newest)).metadata or {}
     if SPARK_SCHEMA_KEY not in footer:
         raise ValueError(f"{newest} was not written by Spark (no Spark schema in its footer)")

@@ -8,10 +8,10 @@ change                                     compatible    why
 =========================================  ============  ==================================
 a nullable field added                     yes           old rows read NULL; the table
                                                          gains the column
-a type widened (int -> bigint,             yes           Delta widens the column in place
-float -> double, decimal(p,s) ->                         (type widening); every old value
-decimal(p+k, s+j) with k >= j, date ->                   fits the new type
-timestamp_ntz)
+a type widened (int -> bigint,             yes           every old value fits the new type
+float -> double, decimal(p,s) ->                         (but a table that exists cannot
+decimal(p+k, s+j) with k >= j, date ->                   take it yet: see
+timestamp_ntz)                                           compatibility.WIDENING_REFUSED)
 a required field made nullable             yes           nothing that was valid stops being
 a field removed                            no            the table keeps the column, and
                                                          records that still carry the field
@@ -22,9 +22,9 @@ a field made required, or added required   no            records without it woul
                                                          quarantine
 =========================================  ============  ==================================
 
-The widenings are the ones Delta 4 applies by itself during schema evolution; widening an
-integer to a decimal or a double needs a manual ``ALTER TABLE`` there, so it is refused
-here. Names are compared exactly, as Spark's JSON reader does: a field whose name changes
+The widenings are the ones Delta 4 applies by itself during schema evolution (with its
+typeWidening table feature); widening an integer to a decimal or a double needs a manual
+``ALTER TABLE`` there, so it is refused here. Names are compared exactly, as Spark's JSON reader does: a field whose name changes
 case is one removed and one added.
 """
 

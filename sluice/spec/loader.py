@@ -74,6 +74,8 @@ def _field_path(loc: tuple[Any, ...]) -> str:
     out = ""
     # The source's union tag ('kafka' or 'table') is pydantic's, not a field of the spec.
     loc = tuple(p for i, p in enumerate(loc) if not (i and loc[i - 1] == "source" and p in ("kafka", "table")))
+    # So is the schema's: a file name ('str') or a registry subject ('RegistrySchema').
+    loc = tuple(p for i, p in enumerate(loc) if not (i and loc[i - 1] == "schema" and p in ("str", "RegistrySchema")))
     for part in loc:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out.replace("schema_path", "schema")
@@ -89,6 +91,8 @@ def parse_pipeline(data: Any, spec_path: Path, seen: tuple[str, ...] = ()) -> Pi
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
+            if err["loc"][:2] == ("schema", "str") and isinstance(err.get("input"), dict):
+                continue  # a registry subject: its own errors say what is wrong with it
             msg = err["msg"].removeprefix("Value error, ")
             if err["type"] != "missing" and "input" in err and not isinstance(err["input"], (dict, list)):
                 shown = repr(err["input"])
@@ -253,13 +257,17 @@ def _check_continuous_columns(p: Pipeline) -> None:
 
 
 def _check_rescue(p: Pipeline) -> None:
-    for dotted in p.spec.on_type_mismatch:
+    for dotted, action in p.spec.on_type_mismatch.items():
         where = f"on_type_mismatch.{dotted}"
+        if p.schema.find(dotted) is None:
+            raise SpecError(p.spec_path, where, f"no field {dotted!r} in the schema (outside arrays)")
+        if action != "rescue":
+            continue
+        if dotted == p.event_time.field:
+            raise SpecError(p.spec_path, where, "the event time cannot be rescued: a row without one has no date")
         wrong = rescuable(p.schema, dotted)
         if wrong:
             raise SpecError(p.spec_path, where, wrong)
-        if dotted == p.event_time.field and p.spec.on_type_mismatch[dotted] == "rescue":
-            raise SpecError(p.spec_path, where, "the event time cannot be rescued: a row without one has no date")
     if p.rescue_fields and p.spec.sink.format == "kafka":
         raise SpecError(
             p.spec_path, "on_type_mismatch", "rescue needs a table sink: a Kafka sink has no _rescued column"

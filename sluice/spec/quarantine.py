@@ -13,6 +13,9 @@ reason starts with          when
 ``not a JSON object``       it parses, but to an array, string, number, boolean or null
 ``type mismatch``           a field's value does not fit the schema's type (the fields
                             are named with the type they should have)
+``not strict JSON``         Spark's lenient reader takes it (single quotes, NaN), but not
+                            as a VARIANT (strict JSON, at most 16 MiB), so fields the
+                            schema does not declare could not be kept
 ``missing required field``  a non-nullable field of the schema is absent or null
 ``missing event time``      the event-time field is absent or null
 ``bad event time``          the event-time field does not parse in the declared format
@@ -43,6 +46,10 @@ NOT_UTF8 = "not UTF-8: the value has bytes that are not UTF-8 text (raw_value ke
 BLANK = "not JSON: the value is blank"
 MALFORMED = "malformed JSON"
 UNFIT = "type mismatch: a value does not fit the schema"
+UNCHECKABLE = (
+    "not strict JSON: it cannot be read as a VARIANT (strict JSON, at most 16 MiB; single quotes, NaN "
+    "and Infinity are not), so fields the schema does not declare could not be kept in _rescued"
+)
 
 
 def not_object(kind: str) -> str:
@@ -169,6 +176,7 @@ def reason_sql(
     WHEN {kind} NOT LIKE 'OBJECT%' THEN concat({lit(not_object(""))}, {found})
     WHEN {mismatch_list} != '' THEN concat({lit(type_mismatch([]))}, {mismatch_list})
     ELSE {lit(UNFIT)} END
+  WHEN {VARIANT} IS NULL THEN {lit(UNCHECKABLE)}
   WHEN {missing_list} != '' THEN concat({lit(missing_required([]))}, {missing_list})
   WHEN {EVENT_TS} IS NULL AND {event_expr} IS NULL THEN {lit(missing_event_time(event_field))}
   WHEN {EVENT_TS} IS NULL THEN concat({lit(prefix_bad)}, {raw_event}, {lit(suffix_bad)})

@@ -6,7 +6,7 @@ A spec may name a registry subject instead of a file::
 
 The subject's JSON Schema is fetched with confluent-kafka's ``SchemaRegistryClient``,
 converted to a Spark schema (:func:`to_struct`) and written to
-``$SLUICE_HOME/schema_cache/<subject>/v<N>.json``, so every reader of the spec (the job,
+``$SLUICE_HOME/schema_cache/<registry>/<subject>/v<N>.json`` (``<registry>``: a hash of its URL), so every reader of the spec (the job,
 ``sluice check``, Airflow's DAG files) works from that file. A pinned version is read from
 the cache without asking the registry again. ``latest`` asks the registry at most once per
 :data:`LATEST_TTL` seconds; when the registry cannot be reached, the newest cached version
@@ -35,14 +35,17 @@ anything else (unions of types)     string: the value's JSON text, nothing is dr
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field as PydanticField
+from pydantic import field_validator
 
 from sluice import config
 from sluice.spec.model import StrictModel
@@ -62,6 +65,13 @@ class RegistrySchema(StrictModel):
     registry: str = PydanticField(pattern=r"^https?://\S+$")
     subject: str = PydanticField(min_length=1, pattern=r"^[^/\\]+$")
     version: Literal["latest"] | int = "latest"
+
+    @field_validator("subject")
+    @classmethod
+    def _not_a_folder(cls, subject: str) -> str:
+        if subject in (".", ".."):
+            raise ValueError(f"{subject!r} is not a subject name")
+        return subject
 
 
 class RegistryError(SchemaError):
@@ -148,12 +158,22 @@ def _convert(node: Any, root: dict[str, Any], where: str, seen: tuple[str, ...])
 # --- fetching and the cache -------------------------------------------------------------------
 
 
-def cache_dir(subject: str) -> Path:
-    return config.sluice_home() / "schema_cache" / subject
+def cache_dir(ref: RegistrySchema) -> Path:
+    """One folder per registry and subject: two registries may both have ``orders-value``."""
+    registry = hashlib.sha256(ref.registry.rstrip("/").encode()).hexdigest()[:12]
+    return config.sluice_home() / "schema_cache" / registry / ref.subject
 
 
-def _cached_versions(subject: str) -> list[int]:
-    folder = cache_dir(subject)
+def _write(target: Path, text: str) -> None:
+    """Write whole or not at all: the scheduler and a task may fetch the same version at once."""
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, target)
+
+
+def _cached_versions(ref: RegistrySchema) -> list[int]:
+    folder = cache_dir(ref)
     if not folder.is_dir():
         return []
     return sorted(int(f.stem[1:]) for f in folder.glob("v*.json") if f.stem[1:].isdigit())
@@ -180,46 +200,50 @@ def _fetch(ref: RegistrySchema) -> Path:
     except json.JSONDecodeError as exc:
         raise RegistryError(f"{where}: not valid JSON ({exc})") from None
     struct = to_struct(document, where)
-    folder = cache_dir(ref.subject)
+    folder = cache_dir(ref)
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / f"v{registered.version}.json"
-    tmp = target.with_suffix(".tmp")
-    tmp.write_text(json.dumps(struct.to_json(), indent=1), encoding="utf-8")
-    tmp.replace(target)
+    _write(target, json.dumps(struct.to_json(), indent=1))
     if ref.version == "latest":
-        (folder / "latest").write_text(str(registered.version), encoding="utf-8")
+        _write(folder / "latest", str(registered.version))
     return target
 
 
 def schema_file(ref: RegistrySchema) -> Path:
     """The cached Spark schema file of the subject's version (fetched if needed, see the module)."""
-    folder = cache_dir(ref.subject)
+    folder = cache_dir(ref)
     if ref.version != "latest":
         pinned = folder / f"v{ref.version}.json"
-        return pinned if pinned.is_file() else _fetch(ref)
+        return pinned if pinned.is_file() else _fetch_or_explain(ref, None)
     pointer = folder / "latest"
     if pointer.is_file() and time.time() - pointer.stat().st_mtime < LATEST_TTL:
         fresh = folder / f"v{pointer.read_text(encoding='utf-8').strip()}.json"
         if fresh.is_file():
             return fresh
+    cached = _cached_versions(ref)
+    return _fetch_or_explain(ref, folder / f"v{cached[-1]}.json" if cached else None)
+
+
+def _fetch_or_explain(ref: RegistrySchema, fallback: Path | None) -> Path:
+    """Fetch; when the registry does not answer, the fallback (with a warning) or a RegistryError."""
     try:
         return _fetch(ref)
     except RegistryError:
         raise
     except Exception as exc:  # the registry is down or slow: any transport or HTTP error
-        cached = _cached_versions(ref.subject)
-        if not cached:
+        if fallback is None:
             raise RegistryError(
-                f"schema registry {ref.registry} did not answer for {ref.subject} ({exc}), and nothing is cached"
+                f"schema registry {ref.registry} did not answer for {ref.subject} version {ref.version} ({exc}), "
+                "and it is not cached"
             ) from None
         log.warning(
-            "schema registry %s did not answer for %s (%s); using cached version %d",
+            "schema registry %s did not answer for %s (%s); using cached %s",
             ref.registry,
             ref.subject,
             exc,
-            cached[-1],
+            fallback.stem,
         )
-        return folder / f"v{cached[-1]}.json"
+        return fallback
 
 
 def load(ref: RegistrySchema) -> tuple[Path, Struct]:

@@ -19,8 +19,10 @@ Values keep their JSON type. A field the spec lists under ``on_type_mismatch`` w
 the row is written), where by default the record goes to quarantine.
 
 Names are compared as Spark's JSON reader compares them: exactly, so ``ID`` beside a
-declared ``id`` is rescued. A field whose name cannot be written as a JSON path (it holds
-both ``'`` and ``]``) is not looked into. Map values are looked into too (``tags[x].new``).
+declared ``id`` is rescued. A name of other characters than letters, digits and ``_`` is
+written in backticks in a path (``{"a.b": 1}`` gives ```a.b```). A declared field whose name
+cannot be written as a JSON path (it holds both ``'`` and ``]``) is not looked into. Map
+values are looked into too (``tags[x].new``, the key as it is).
 
 The expressions are built here, from the schema alone, and Spark runs them
 (:func:`rescued_sql`); they use only built-in functions, so they run wherever the job does.
@@ -32,7 +34,7 @@ import re
 
 from sluice.spec.columns import PARSED, VARIANT
 from sluice.spec.flatten import quote
-from sluice.spec.schema import Array, DataType, Map, Struct
+from sluice.spec.schema import Array, Atomic, DataType, Map, Struct
 
 #: A MAP<STRING, VARIANT> with nothing in it.
 EMPTY = "map_filter(map('', parse_json('null')), (k, v) -> false)"
@@ -70,6 +72,21 @@ def _contains_struct(t: DataType) -> bool:
     return False
 
 
+_PLAIN = re.compile(r"[A-Za-z0-9_]+")
+
+
+def display(name: str) -> str:
+    """A field's name in a rescued path: as it is, or in backticks unless it is only letters,
+    digits and ``_`` (so a top-level ``"a.b"`` is never mistaken for ``b`` inside ``a``)."""
+    return name if _PLAIN.fullmatch(name) else "`" + name.replace("`", "``") + "`"
+
+
+def _display_sql(name_sql: str) -> str:
+    """:func:`display`, in Spark SQL, of a name known only when the record is read."""
+    quoted = f"concat('`', replace({name_sql}, '`', '``'), '`')"
+    return f"CASE WHEN {name_sql} RLIKE '^[A-Za-z0-9_]+$' THEN {name_sql} ELSE {quoted} END"
+
+
 def _child_path(path: str | None, name_sql: str) -> str:
     return name_sql if path is None else f"concat({path}, '.', {name_sql})"
 
@@ -82,14 +99,14 @@ def _walk(t: DataType, v: str, path: str | None, depth: int) -> list[str]:
         names = ", ".join(_lit(f.name) for f in t.fields)
         members = f"try_variant_get({v}, '$', 'map<string,variant>')"
         undeclared = f"map_filter({members}, ({k}, {x}) -> NOT array_contains(array({names}), {k}))"
-        keyed = f"transform_keys({undeclared}, ({k}, {x}) -> {_child_path(path, k)})"
+        keyed = f"transform_keys({undeclared}, ({k}, {x}) -> {_child_path(path, _display_sql(k))})"
         out = [f"coalesce({keyed}, {EMPTY})"]
         for f in t.fields:
             step = _member(f.name)
             if step is None or not _contains_struct(f.type):
                 continue
             child = f"try_variant_get({v}, {_lit('$' + step)}, 'variant')"
-            out += _walk(f.type, child, _child_path(path, _lit(f.name)), depth + 1)
+            out += _walk(f.type, child, _child_path(path, _lit(display(f.name))), depth + 1)
         return out
     if isinstance(t, Array) and _contains_struct(t.element):
         element = _merge(_walk(t.element, e, f"concat({path or _lit('')}, '[', {i}, ']')", depth + 1))
@@ -153,7 +170,10 @@ def rescued_sql(schema: Struct, rescue: list[str]) -> str:
     """A MAP<STRING, VARIANT> expression over the columns ``__variant`` (the record) and
     ``__data`` (what ``from_json`` read): every undeclared field, and every field of
     ``rescue`` whose value did not fit, by path. Empty when there is nothing to rescue."""
-    kept = [f"CASE WHEN {mismatch_sql(f)} THEN map({_lit(f)}, {_raw(f)}) ELSE {EMPTY} END" for f in rescue]
+    kept = [
+        f"CASE WHEN {mismatch_sql(f)} THEN map({_lit('.'.join(map(display, f.split('.'))))}, {_raw(f)}) ELSE {EMPTY} END"
+        for f in rescue
+    ]
     return _merge(_walk(schema, VARIANT, None, 0) + kept)
 
 
@@ -164,6 +184,10 @@ def rescuable(schema: Struct, dotted: str) -> str | None:
         return f"no field {dotted!r} in the schema (outside arrays)"
     if found.required:
         return f"{dotted!r} is required (not nullable): a value that does not fit cannot leave it empty"
+    if not isinstance(found.type, Atomic):
+        # Spark keeps what it can read inside a struct, array or map (partial results), so
+        # a bad value in there leaves a NULL rather than an empty field: nothing to rescue by.
+        return f"{dotted!r} has type {found.type.sql()}: only a field of a simple type can be rescued; mark its fields"
     if any(_member(p) is None for p in dotted.split(".")):
         return f"{dotted!r} has a name that cannot be written as a JSON path"
     return None

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from sluice import config
 from sluice.spec import Pipeline
+from sluice.spec.compatibility import expected
 from sluice.sql.settings import DATABASE
 
 TABLE_FORMATS = ("delta", "parquet")
@@ -55,8 +56,6 @@ def catalog_tables(pipelines: list[Pipeline]) -> list[CatalogTable]:
             continue
         about = " ".join(p.spec.description.split()) or f"Events of the {p.name} pipeline."
         owner = f" Owner: {p.spec.owner}."
-        from sluice.spec.compatibility import expected
-
         columns = tuple(expected(p)[0].columns)
         tables.append(CatalogTable(p.name, fmt, p.sink_path, about + owner, columns))
         tables.append(

@@ -75,6 +75,9 @@ class Producer:
         if extras and r.random() < 0.3:
             event["channel"] = {"kind": "partner", "ids": [1, 2]}
             rescued["channel"] = event["channel"]
+        if extras and r.random() < 0.1:  # a dotted name at the top is not a nested field
+            event["promo.code"] = "AUTUMN"
+            rescued["`promo.code`"] = "AUTUMN"
         if extras and r.random() < 0.2:
             event["customer"]["address"]["zip"] = r.randrange(1000, 9999)
             rescued["customer.address.zip"] = event["customer"]["address"]["zip"]

@@ -116,10 +116,9 @@ def test_rescue_is_declared_per_field(spec) -> None:
         ({"on_type_mismatch": {"nope": "rescue"}}, "on_type_mismatch.nope: no field 'nope'"),
         ({"on_type_mismatch": {"signal": "rescue"}}, "'signal' is required"),
         ({"on_type_mismatch": {"battery": "keep"}}, "on_type_mismatch.battery"),
-        (
-            {"on_type_mismatch": {"timestamp": "rescue"}},
-            "timestamp' is required",
-        ),
+        ({"on_type_mismatch": {"timestamp": "rescue"}}, "the event time cannot be rescued"),
+        ({"on_type_mismatch": {"device.location": "rescue"}}, "only a field of a simple type can be rescued"),
+        ({"on_type_mismatch": {"tags": "rescue"}}, "'tags' has type array<string>: only a field of a simple type"),
     ],
 )
 def test_rescue_refusals_name_the_field(spec, fields: dict[str, Any], words: str) -> None:
