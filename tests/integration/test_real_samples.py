@@ -7,15 +7,18 @@ these tests skip and say where they looked.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
 
 from jobs.sinks import read_table, table_shape
 from sluice.dev.produce import read_ndjson, send
+from sluice.records import audit
 from sluice.spec import compatibility
 from tests.conftest import ROOT, require_real_data
 from tests.fixtures import audit_totals, make_pipeline, new_topic, run_available_now
+from tests.rescue_model import undeclared
 
 pytestmark = pytest.mark.integration
 
@@ -32,6 +35,10 @@ def replay_spec(tmp_path, broker, shipped: str, schema: str):
         flatten=spec.get("flatten", {}),
         sink={"format": spec["sink"]["format"]},
     )
+
+
+def audit_rescued(pipeline) -> int:
+    return sum(audit.read(f).records_rescued for f in audit.audit_files([Path(pipeline.audit_path)]))
 
 
 def assert_nothing_quarantined(spark, pipeline, expected_in: int) -> None:
@@ -68,6 +75,14 @@ def test_github_events_flatten_and_explode_with_nothing_quarantined(spark, broke
     assert row["payload_push_id"] == sample["payload"]["push_id"]
     assert row["commit_author_name"] == sample["payload"]["commits"][0]["author"]["name"]
 
+    # What the schema does not declare is kept, exactly: every row of an event carries it.
+    want = {e["id"]: undeclared(pipeline.schema, e) for e in events}
+    got = {r["id"]: r["_rescued"] for r in table.select("id", "_rescued").distinct().collect()}
+    assert got.keys() == want.keys()
+    assert {k: json.loads(v) if v else {} for k, v in got.items()} == want
+    rescued = sum(1 for v in want.values() if v)
+    assert audit_rescued(pipeline) == rescued > 0
+
     pr = next(e for e in events if e["type"] == "PullRequestEvent")
     pr_row = table.where(f"id = '{pr['id']}'").first()
     assert (
@@ -93,3 +108,8 @@ def test_wikimedia_recent_changes_flatten_with_nothing_quarantined(spark, broker
     assert row["length_new"] == first["length"]["new"]
     assert row["revision_old"] == first["revision"]["old"]
     assert str(row["date"]) == "2023-07-29"
+    events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    got = {r["meta_id"]: r["_rescued"] for r in table.select("meta_id", "_rescued").collect()}
+    assert {k: json.loads(v) if v else {} for k, v in got.items()} == {
+        e["meta"]["id"]: undeclared(pipeline.schema, e) for e in events
+    }

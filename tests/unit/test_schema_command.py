@@ -125,3 +125,24 @@ def test_a_schema_is_named_by_path_or_by_name_and_version(home: Path) -> None:
     assert schemas.resolve("device_signal/v1").name == "v1.json"  # the project's own
     with pytest.raises(Exception, match="no schema 'order/v9'"):
         schemas.resolve("order/v9")
+
+
+def test_a_draft_from_the_real_github_sample_declares_everything_it_rescued() -> None:
+    """The shipped schema leaves fields of every real GH Archive event undeclared; the draft
+    declares them all, compatibly, and then nothing is left to rescue."""
+    from sluice.ops.schema import draft
+    from sluice.spec import evolution, load_pipeline
+    from tests.conftest import require_real_data
+    from tests.rescue_model import undeclared
+
+    path = require_real_data("github-events-2021-07-21.ndjson")
+    events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    current = load_pipeline("github_events").schema
+    rescued = [undeclared(current, e) for e in events]
+    assert sum(1 for r in rescued if r) == len(events) == 800  # actor.gravatar_id, at least
+
+    schema, records, mismatched, unplaced = draft(current, rescued)
+    assert records == 800 and mismatched == {} and unplaced == {}
+    assert schema.find("actor.gravatar_id") == Field("gravatar_id", Atomic("string"))
+    assert evolution.incompatible(evolution.compare(current, schema)) == []
+    assert all(undeclared(schema, e) == {} for e in events)
