@@ -78,6 +78,23 @@ def query_id(spark: SparkSession, pipeline: Pipeline) -> str:
     return str(meta["id"])
 
 
+def clear_unfinished_writes(spark: SparkSession, pipeline: Pipeline) -> None:
+    """Delete the temporary files of offset and commit log entries that a killed driver was
+    writing (``.0.<uuid>.tmp``). Spark writes an entry to such a file and renames it, so one
+    left behind was never part of the log; but Spark 4.1 counts it, and refuses to start a
+    query whose first batch it interrupted (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY:
+    "offsets should be empty on batch 0"). Called before the query starts, under the
+    checkpoint's claim, so no other writer is mid-write."""
+    for log_dir in ("offsets", "commits"):
+        folder = f"{pipeline.checkpoint_path.rstrip('/')}/{log_dir}"
+        for name in hadoopfs.list_names(spark, folder):
+            if name.startswith(".") and name.endswith(".tmp"):
+                log.warning(
+                    "%s: removing %s/%s, a log entry a stopped driver did not finish", pipeline.name, log_dir, name
+                )
+                hadoopfs.delete(spark, f"{folder}/{name}")
+
+
 def check_checkpoint(spark: SparkSession, pipeline: Pipeline) -> None:
     """Refuse a new checkpoint for a table that already has data.
 

@@ -32,7 +32,7 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import LongType, StructField, StructType
 
 from jobs import hadoopfs
-from jobs.batches import check_checkpoint, decline_if_stopping, kill_if_asked, table_sinks
+from jobs.batches import check_checkpoint, clear_unfinished_writes, decline_if_stopping, kill_if_asked, table_sinks
 from jobs.events import EventLog, WriterCounts
 from jobs.parse import REASON, flat_rows, parse, quarantine_rows, read_kafka
 from jobs.sinks import BatchSink, table_exists
@@ -331,6 +331,7 @@ def start(
     available_now: bool = False,
     stop: threading.Event | None = None,
 ) -> StreamingQuery:
+    clear_unfinished_writes(spark, pipeline)
     check_checkpoint(spark, pipeline)
     check_state(spark, pipeline)
     if pipeline.derivation.stateful:

@@ -38,6 +38,7 @@ from jobs.batches import (
     STOP_MARKER,
     CheckpointMismatch,
     check_checkpoint,
+    clear_unfinished_writes,
     decline_if_stopping,
     kill_if_asked,
     table_sinks,
@@ -235,12 +236,14 @@ def start(
     compatibility.check(pipeline, lambda fmt, path: table_shape(spark, fmt, path))
     log_growth(spark, pipeline)
     if backfill is None:
+        clear_unfinished_writes(spark, pipeline)
         check_checkpoint(spark, pipeline)
         trigger = {"availableNow": True} if available_now else pipeline.spec.trigger.spark_kwargs()
         raw = read_kafka(spark, pipeline)
     else:
         backfill = clip_to_stream(spark, pipeline, backfill)
         pipeline, trigger = for_backfill(pipeline, backfill), {"availableNow": True}
+        clear_unfinished_writes(spark, pipeline)
         raw = read_kafka(spark, pipeline, source_options(backfill, pipeline.kafka.spark_options()))
         raw = raw.filter(in_range(backfill))
     check_split(spark, pipeline)

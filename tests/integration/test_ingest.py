@@ -16,7 +16,7 @@ from jobs.sinks import read_table
 from sluice.dev.generate import EventGenerator, Record
 from sluice.dev.produce import send, synthetic
 from sluice.spec import quarantine as q
-from tests.fixtures import audit_totals, make_pipeline, new_topic, read_without_spark, run_available_now
+from tests.fixtures import audit_totals, kafka_keys, make_pipeline, new_topic, read_without_spark, run_available_now
 
 pytestmark = pytest.mark.integration
 
@@ -193,3 +193,26 @@ def test_absurd_event_times_and_non_utf8_values_are_quarantined_so_every_reader_
         assert "\ufffd" in row["raw_text"] and row["raw_text"].isprintable()
     assert len(by_offset) == quarantine.num_rows == 15
     assert audit_totals(pipeline) == {"records_in": 18, "records_out": 3, "records_quarantined": 15}
+
+
+def test_a_first_batch_killed_while_its_offsets_were_written_starts_again(spark, broker, tmp_path) -> None:
+    """A driver killed while Spark wrote offsets/0 leaves only Spark's temporary file
+    (`.0.<uuid>.tmp`, seen in a chaos run); Spark 4.1 then refused every restart
+    (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY). The restart clears it and reads everything."""
+    topic = new_topic(broker)
+    pipeline = make_pipeline(tmp_path, topic)
+    send(broker.bootstrap, topic, synthetic(EventGenerator(pipeline, seed=5), 40))
+    offsets = Path(pipeline.checkpoint_path) / "offsets"
+    offsets.mkdir(parents=True)
+    (Path(pipeline.checkpoint_path) / "metadata").write_text('{"id":"6f1f4b1e-59a4-4b50-9d55-3b0d2d5bc1a1"}\n')
+    leftover = offsets / ".0.39dfb8d1-3317-47be-bb18-da4065ebcede.tmp"
+    leftover.write_text("v1\n{}\n")
+
+    run_available_now(spark, pipeline)
+
+    assert not leftover.exists()
+    assert audit_totals(pipeline)["records_in"] == 40
+    keys = ["_kafka_topic", "_kafka_partition", "_kafka_offset"]
+    written = kafka_keys(read_without_spark("delta", pipeline.sink_path, keys))
+    written += kafka_keys(read_without_spark("delta", pipeline.quarantine_path, keys))
+    assert len(written) == len(set(written)) == 40
