@@ -38,8 +38,7 @@ from collections.abc import Sequence
 from sluice.spec.columns import CORRUPT, EVENT_TS, JSON, VALUE, VARIANT
 from sluice.spec.eventtime import Bounds
 from sluice.spec.flatten import PARSED, quote
-from sluice.spec.rescue import fits_but_for_sql
-from sluice.spec.schema import DataType, Struct
+from sluice.spec.schema import Array, DataType, Map, Struct
 
 EMPTY_VALUE = "empty record: the Kafka message has no value"
 NOT_UTF8 = "not UTF-8: the value has bytes that are not UTF-8 text (raw_value keeps them)"
@@ -119,6 +118,32 @@ def _nodes(struct: Struct, path: str = "", expr: str = PARSED) -> list[tuple[str
 def raw_text_sql() -> str:
     """The record's value as text that is always valid UTF-8 (``raw_value`` keeps the bytes)."""
     return f"make_valid_utf8(CAST({VALUE} AS STRING))"
+
+
+def _ddl(t: DataType, rescue: set[str], path: str = "") -> str:
+    """``t`` as a DDL type with every field of ``rescue`` read as STRING (which takes any
+    JSON value), and names quoted."""
+    if isinstance(t, Struct):
+        fields = []
+        for f in t.fields:
+            p = f"{path}.{f.name}" if path else f.name
+            inner = "string" if p in rescue else _ddl(f.type, rescue, p)
+            fields.append(f"{quote(f.name)}: {inner}")
+        return f"struct<{', '.join(fields)}>"
+    if isinstance(t, Array):
+        return f"array<{_ddl(t.element, rescue, path + '[]')}>"
+    if isinstance(t, Map):
+        return f"map<{_ddl(t.key, rescue)}, {_ddl(t.value, rescue, path + '{}')}>"
+    return t.sql()
+
+
+def fits_but_for_sql(schema: Struct, rescue: list[str], json: str, corrupt: str) -> str:
+    """True when the record fits the schema except in the fields of ``rescue``: it is read
+    again with those fields as strings, and nothing else must fail (a value that does not
+    fit inside an array element, say, leaves only a NULL there)."""
+    relaxed = _ddl(schema, set(rescue))[:-1] + f", {quote(corrupt)}: string>"
+    options = f"map('mode', 'PERMISSIVE', 'columnNameOfCorruptRecord', {lit(corrupt)})"
+    return f"(from_json({json}, {lit(relaxed)}, {options}).{quote(corrupt)} IS NULL)"
 
 
 def reason_sql(

@@ -34,6 +34,7 @@ import re
 
 from sluice.spec.columns import PARSED, VARIANT
 from sluice.spec.flatten import quote
+from sluice.spec.quarantine import json_path, lit
 from sluice.spec.schema import Array, Atomic, DataType, Map, Struct
 
 #: A MAP<STRING, VARIANT> with nothing in it.
@@ -47,19 +48,6 @@ def normalize(path: str) -> str:
     """A rescued path without its array indexes and map keys: ``commits[3].x`` -> ``commits[].x``.
     Paths are counted this way when the most common ones are reported."""
     return re.sub(INDEX, "[]", path)
-
-
-def _lit(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def _member(name: str) -> str | None:
-    """The JSON path step to an object's member (None when it cannot be written)."""
-    if re.fullmatch(r"[A-Za-z0-9_]+", name):
-        return f".{name}"
-    if "'" not in name and "]" not in name:
-        return f"['{name}']"
-    return None
 
 
 def _contains_struct(t: DataType) -> bool:
@@ -96,27 +84,27 @@ def _walk(t: DataType, v: str, path: str | None, depth: int) -> list[str]:
     variant ``v``, keyed by path; ``path`` is the SQL of ``v``'s own path (None at the top)."""
     k, x, e, i = f"k{depth}", f"x{depth}", f"e{depth}", f"i{depth}"
     if isinstance(t, Struct):
-        names = ", ".join(_lit(f.name) for f in t.fields)
+        names = ", ".join(lit(f.name) for f in t.fields)
         members = f"try_variant_get({v}, '$', 'map<string,variant>')"
         undeclared = f"map_filter({members}, ({k}, {x}) -> NOT array_contains(array({names}), {k}))"
         keyed = f"transform_keys({undeclared}, ({k}, {x}) -> {_child_path(path, _display_sql(k))})"
         out = [f"coalesce({keyed}, {EMPTY})"]
         for f in t.fields:
-            step = _member(f.name)
-            if step is None or not _contains_struct(f.type):
+            path_to = json_path(f.name)
+            if path_to is None or not _contains_struct(f.type):
                 continue
-            child = f"try_variant_get({v}, {_lit('$' + step)}, 'variant')"
-            out += _walk(f.type, child, _child_path(path, _lit(display(f.name))), depth + 1)
+            child = f"try_variant_get({v}, {lit(path_to)}, 'variant')"
+            out += _walk(f.type, child, _child_path(path, lit(display(f.name))), depth + 1)
         return out
     if isinstance(t, Array) and _contains_struct(t.element):
-        element = _merge(_walk(t.element, e, f"concat({path or _lit('')}, '[', {i}, ']')", depth + 1))
+        element = _merge(_walk(t.element, e, f"concat({path or lit('')}, '[', {i}, ']')", depth + 1))
         elements = f"transform(try_variant_get({v}, '$', 'array<variant>'), ({e}, {i}) -> {element})"
         return [
             f"coalesce(aggregate({elements}, {EMPTY}, (a{depth}, m{depth}) -> map_concat(a{depth}, m{depth})), {EMPTY})"
         ]
     if isinstance(t, Map) and _contains_struct(t.value):
         entries = f"map_entries(try_variant_get({v}, '$', 'map<string,variant>'))"
-        value = _merge(_walk(t.value, f"{e}.value", f"concat({path or _lit('')}, '[', {e}.key, ']')", depth + 1))
+        value = _merge(_walk(t.value, f"{e}.value", f"concat({path or lit('')}, '[', {e}.key, ']')", depth + 1))
         merged = f"transform({entries}, {e} -> {value})"
         return [
             f"coalesce(aggregate({merged}, {EMPTY}, (a{depth}, m{depth}) -> map_concat(a{depth}, m{depth})), {EMPTY})"
@@ -129,8 +117,7 @@ def _merge(maps: list[str]) -> str:
 
 
 def _raw(dotted: str) -> str:
-    steps = "".join(_member(p) or "" for p in dotted.split("."))
-    return f"try_variant_get({VARIANT}, {_lit('$' + steps)}, 'variant')"
+    return f"try_variant_get({VARIANT}, {lit(json_path(dotted) or '$')}, 'variant')"
 
 
 def mismatch_sql(dotted: str) -> str:
@@ -140,38 +127,12 @@ def mismatch_sql(dotted: str) -> str:
     return f"({parsed} IS NULL AND {raw} IS NOT NULL AND NOT is_variant_null({raw}))"
 
 
-def _ddl(t: DataType, rescue: set[str], path: str = "") -> str:
-    """``t`` as a DDL type with every field of ``rescue`` read as STRING (which takes any
-    JSON value), and names quoted."""
-    if isinstance(t, Struct):
-        fields = []
-        for f in t.fields:
-            p = f"{path}.{f.name}" if path else f.name
-            inner = "string" if p in rescue else _ddl(f.type, rescue, p)
-            fields.append(f"{quote(f.name)}: {inner}")
-        return f"struct<{', '.join(fields)}>"
-    if isinstance(t, Array):
-        return f"array<{_ddl(t.element, rescue, path + '[]')}>"
-    if isinstance(t, Map):
-        return f"map<{_ddl(t.key, rescue)}, {_ddl(t.value, rescue, path + '{}')}>"
-    return t.sql()
-
-
-def fits_but_for_sql(schema: Struct, rescue: list[str], json: str, corrupt: str) -> str:
-    """True when the record fits the schema except in the fields of ``rescue``: it is read
-    again with those fields as strings, and nothing else must fail (a value that does not
-    fit inside an array element, say, leaves only a NULL there)."""
-    relaxed = _ddl(schema, set(rescue))[:-1] + f", {quote(corrupt)}: string>"
-    options = f"map('mode', 'PERMISSIVE', 'columnNameOfCorruptRecord', {_lit(corrupt)})"
-    return f"(from_json({json}, {_lit(relaxed)}, {options}).{quote(corrupt)} IS NULL)"
-
-
 def rescued_sql(schema: Struct, rescue: list[str]) -> str:
     """A MAP<STRING, VARIANT> expression over the columns ``__variant`` (the record) and
     ``__data`` (what ``from_json`` read): every undeclared field, and every field of
     ``rescue`` whose value did not fit, by path. Empty when there is nothing to rescue."""
     kept = [
-        f"CASE WHEN {mismatch_sql(f)} THEN map({_lit('.'.join(map(display, f.split('.'))))}, {_raw(f)}) ELSE {EMPTY} END"
+        f"CASE WHEN {mismatch_sql(f)} THEN map({lit('.'.join(map(display, f.split('.'))))}, {_raw(f)}) ELSE {EMPTY} END"
         for f in rescue
     ]
     return _merge(_walk(schema, VARIANT, None, 0) + kept)
@@ -188,6 +149,6 @@ def rescuable(schema: Struct, dotted: str) -> str | None:
         # Spark keeps what it can read inside a struct, array or map (partial results), so
         # a bad value in there leaves a NULL rather than an empty field: nothing to rescue by.
         return f"{dotted!r} has type {found.type.sql()}: only a field of a simple type can be rescued; mark its fields"
-    if any(_member(p) is None for p in dotted.split(".")):
+    if json_path(dotted) is None:
         return f"{dotted!r} has a name that cannot be written as a JSON path"
     return None

@@ -13,7 +13,8 @@ from sluice import config
 from sluice.records.audit import BatchAudit, file_name, rescued
 from sluice.spec import SpecError, load_pipeline
 from sluice.spec import evolution as ev
-from sluice.spec.rescue import fits_but_for_sql, normalize, rescued_sql
+from sluice.spec.quarantine import fits_but_for_sql
+from sluice.spec.rescue import normalize, rescued_sql
 from sluice.spec.schema import parse_ddl
 
 V1 = "id STRING NOT NULL, n INT, f FLOAT, d DECIMAL(10,2), s STRUCT<a: STRING, b: ARRAY<STRUCT<x: INT>>>"
