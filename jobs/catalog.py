@@ -44,9 +44,12 @@ def _lacks_columns(spark: SparkSession, table: CatalogTable) -> bool:
     a spec's new column is there once a batch has written it."""
     if table.format != "parquet" or not table.columns:
         return False
-    written = table_shape(spark, "parquet", table.location)
     have = {c.lower() for c in spark.table(table.qualified).columns}
-    return written is not None and any(c.lower() not in have for c in written.columns)
+    missing = {c.lower() for c in table.columns} - have
+    if not missing:  # the usual case, every few seconds: no file needs reading
+        return False
+    written = table_shape(spark, "parquet", table.location)
+    return written is not None and any(c.lower() in missing for c in written.columns)
 
 
 def _location(spark: SparkSession, table: CatalogTable) -> str | None:

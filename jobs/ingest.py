@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import logging
 import sys
@@ -233,8 +234,9 @@ def start(
     stop: threading.Event | None = None,
 ) -> StreamingQuery:
     """Start the pipeline's streaming query (or one backfill's) and return it."""
-    compatibility.check(pipeline, lambda fmt, path: table_shape(spark, fmt, path))
-    log_growth(spark, pipeline)
+    shapes = functools.cache(lambda fmt, path: table_shape(spark, fmt, path))  # each table read once
+    compatibility.check(pipeline, shapes)
+    log_growth(pipeline, shapes)
     if backfill is None:
         clear_unfinished_writes(spark, pipeline)
         check_checkpoint(spark, pipeline)

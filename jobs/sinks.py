@@ -228,10 +228,10 @@ def table_shape(spark: SparkSession, fmt: str, path: str) -> compatibility.Shape
     return compatibility.shape_from_spark_schema(schema, parquet_log.partition_columns(path, entries))
 
 
-def log_growth(spark: SparkSession, pipeline: Pipeline) -> None:
+def log_growth(pipeline: Pipeline, read: compatibility.Reader) -> None:
     """Log the columns the spec adds to the output table (already checked compatible)."""
     fmt, path = pipeline.spec.sink.format, pipeline.sink_path
-    found = table_shape(spark, fmt, path) if fmt != "kafka" else None
+    found = read(fmt, path) if fmt != "kafka" else None
     for change in compatibility.growth(compatibility.expected(pipeline)[0], found) if found else []:
         log.info("%s: the table at %s evolves: %s", pipeline.name, path, change.describe())
 
