@@ -15,7 +15,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from sluice.spec import Pipeline, eventtime, flatten, rescue
+from sluice.spec import Pipeline, eventtime, flatten, rescue, strict
 from sluice.spec import quarantine as q
 from sluice.spec.columns import KEY, REASON, RESCUED, RESCUED_MAP, VARIANT
 from sluice.spec.flatten import PARSED, quote
@@ -39,7 +39,9 @@ def parse(raw: DataFrame, pipeline: Pipeline) -> DataFrame:
     assert event_field is not None  # checked when the spec was loaded
     event_expr = PARSED + "." + ".".join(quote(p) for p in et.field.split("."))
     options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": q.CORRUPT}
-    return (
+    checks = strict.checks(pipeline.schema, et.field, pipeline.coerce)
+    rescued = set(pipeline.rescue_fields)
+    parsed = (
         raw.select(
             F.col("key").alias(KEY),
             F.col("value").alias(q.VALUE),
@@ -51,10 +53,23 @@ def parse(raw: DataFrame, pipeline: Pipeline) -> DataFrame:
         )
         .withColumn(PARSED, F.from_json(q.JSON, parse_schema(pipeline), options))
         .withColumn(VARIANT, F.expr(f"try_parse_json({q.JSON})"))
-        .withColumn(q.EVENT_TS, F.expr(eventtime.event_time_sql(event_expr, et.format, event_field.type)))
+    )
+    # A field marked rescue whose value from_json changed is emptied, so that rescued data
+    # keeps it as it came (rescue.mismatch_sql), as when from_json could not read it at all.
+    for dotted, check in checks:
+        if dotted in rescued:
+            kept = F.when(F.expr(check).isNull(), F.col(PARSED + "." + ".".join(quote(p) for p in dotted.split("."))))
+            parsed = parsed.withColumn(PARSED, F.col(PARSED).withField(dotted, kept))
+    inexact = strict.items_sql([(d, c) for d, c in checks if d not in rescued])
+    return (
+        parsed.withColumn(q.EVENT_TS, F.expr(eventtime.event_time_sql(event_expr, et.format, event_field.type)))
         .withColumn(
             REASON,
-            F.expr(q.reason_sql(pipeline.schema, et.field, et.format, pipeline.accepted_times, pipeline.rescue_fields)),
+            F.expr(
+                q.reason_sql(
+                    pipeline.schema, et.field, et.format, pipeline.accepted_times, pipeline.rescue_fields, inexact
+                )
+            ),
         )
         .withColumn(RESCUED_MAP, F.expr(rescue.rescued_sql(pipeline.schema, pipeline.rescue_fields)))
     )

@@ -22,6 +22,7 @@ from typing import Any
 
 from sluice.spec import Pipeline
 from sluice.spec import quarantine as q
+from sluice.spec import strict
 from sluice.spec.schema import Array, Atomic, DataType, Map, Struct
 
 BAD_KINDS = (
@@ -33,7 +34,11 @@ BAD_KINDS = (
     "event_time_out_of_range",
     "not_utf8",
     "tombstone",
+    "inexact_value",
+    "partial_event_time",
 )
+#: Stands for a JSON number written as text of its own (json.dumps would reformat it).
+_NUMBER = "\u0000number\u0000"
 
 
 @dataclass(frozen=True)
@@ -172,10 +177,58 @@ class EventGenerator:
             _set(event, self.event_field, raw)
             accepted = self.pipeline.accepted_times.describe()
             return Record(json.dumps(event).encode(), kind, q.out_of_range(self.event_field, str(raw), accepted))
+        if kind == "inexact_value":
+            return self._inexact(event)
+        if kind == "partial_event_time":
+            raw = self.rng.choice(["2021", "10:15:00", self.now.strftime("%Y-%m-%d")])
+            _set(event, self.event_field, raw)
+            return Record(json.dumps(event).encode(), kind, q.bad_event_time(self.event_field, raw, self.event_format))
         if kind == "not_utf8":
             encoded = json.dumps(event).encode()
             return Record(encoded[:-1] + b', "note": "caf\xe9 \xff"}', kind, q.NOT_UTF8)  # Latin-1 bytes, not UTF-8
         raise ValueError(f"unknown bad record kind {kind!r}; known: {', '.join(BAD_KINDS)}")
+
+    def _inexact(self, event: dict[str, Any]) -> Record:
+        """A value from_json would take but change (:mod:`sluice.spec.strict`)."""
+        path, dtype = self.rng.choice(self._inexact_leaves())
+        number = None
+        if dtype.name.startswith("decimal"):
+            scale = int(dtype.name.rstrip(")").split(",")[1])
+            digits = "".join(str(self.rng.randint(0, 9)) for _ in range(scale)) + str(self.rng.randint(1, 9))
+            text = f"{self.rng.randint(0, 99)}.{digits}"
+            if self.rng.random() < 0.5:
+                number, detail = text, strict.too_many_places(text, scale)
+            else:
+                text = text[:-1] or "0"
+                _set(event, path, text)
+                detail = strict.not_a(json.dumps(text), "a string", dtype)
+        elif dtype.name in ("double", "float"):
+            _set(event, path, "NaN")
+            detail = strict.not_finite('"NaN"')
+        else:
+            _set(event, path, {"x": 1})
+            detail = strict.not_a('{"x":1}', "an object", dtype)
+        if number is not None:
+            _set(event, path, _NUMBER)
+        value = json.dumps(event).replace(json.dumps(_NUMBER), number or "")
+        return Record(value.encode(), "inexact_value", q.type_mismatch([strict.item(path, detail)]))
+
+    def _inexact_leaves(self) -> list[tuple[str, Atomic]]:
+        """Leaves outside arrays whose values strict parsing checks, but for the event time and
+        the fields the spec lets coerce."""
+        coerce, out = self.pipeline.coerce, []
+
+        def walk(struct: Struct, prefix: str) -> None:
+            for f in struct.fields:
+                path = f"{prefix}{f.name}"
+                if isinstance(f.type, Struct):
+                    walk(f.type, path + ".")
+                elif isinstance(f.type, Atomic) and path != self.event_field and path not in coerce:
+                    if f.type.name.startswith("decimal") or f.type.name in ("double", "float", "string"):
+                        out.append((path, f.type))
+
+        walk(self.pipeline.schema, "")
+        return [(p, t) for p, t in out if p not in self.pipeline.rescue_fields]
 
     def _absurd_time(self) -> Any:
         return self.rng.choice(self._absurd_times())
@@ -208,6 +261,10 @@ class EventGenerator:
         return out
 
     def _applies(self, kind: str) -> bool:
+        if kind == "inexact_value":
+            return bool(self._inexact_leaves())
+        if kind == "partial_event_time":
+            return self.event_format == "iso8601"
         if kind == "missing_required":
             return bool(self._required_paths())
         if kind == "type_mismatch":

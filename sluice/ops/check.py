@@ -68,27 +68,32 @@ def columns(p: Pipeline) -> list[tuple[str, str, str]]:
     return [(n, origin.get(n, source.get(n, f"{upstream}{n}")), t or "(Spark's)") for n, t in out.items()]
 
 
-def _state(p: Pipeline) -> str | None:
-    """Why the checkpoint's state cannot carry on under this spec (a local checkpoint), or None."""
+def _record(p: Pipeline, name: str, *, needs_progress: bool = False) -> str | None:
+    """A file Sluice keeps in a local checkpoint, or None (not local, not there, or, with
+    ``needs_progress``, no batch planned yet)."""
     from sluice.records.checkpoint import local_dir
 
     root = local_dir(p.checkpoint_path)
-    record = root / STATE_FILE if root else None
-    if record is None or not record.is_file() or not any((root / "offsets").glob("*")):  # type: ignore[operator]
+    if root is None or not (root / name).is_file():
         return None
-    changed = signature_changes(json.loads(record.read_text(encoding="utf-8")), p.derivation.signature())
+    if needs_progress and not any((root / "offsets").glob("*")):
+        return None
+    return (root / name).read_text(encoding="utf-8")
+
+
+def _state(p: Pipeline) -> str | None:
+    """Why the checkpoint's state cannot carry on under this spec (a local checkpoint), or None."""
+    recorded = _record(p, STATE_FILE, needs_progress=True)
+    if recorded is None:
+        return None
+    changed = signature_changes(json.loads(recorded), p.derivation.signature())
     return incompatible_message(p.name, changed, p.checkpoint_path, p.sink_path) if changed else None
 
 
 def _schema(p: Pipeline) -> str | None:
     """Why the spec's schema cannot follow the one its (local) checkpoint ran with, or None."""
-    from sluice.records.checkpoint import local_dir
-
-    root = local_dir(p.checkpoint_path)
-    record = root / compatibility.SCHEMA_FILE if root else None
-    if record is None or not record.is_file():
-        return None
-    return compatibility.schema_problems(p, record.read_text(encoding="utf-8"))
+    recorded = _record(p, compatibility.SCHEMA_FILE)
+    return None if recorded is None else compatibility.schema_problems(p, recorded)
 
 
 def _tables(p: Pipeline) -> tuple[Tables, str]:

@@ -2,7 +2,9 @@
 
 Formats:
 
-- ``iso8601``: ``2021-07-21T10:15:00Z``, with or without offset and fraction;
+- ``iso8601``: ``2021-07-21T10:15:00Z``, with or without seconds, fraction and offset (UTC
+  when there is none); a bare year, a bare time or a date alone is not one;
+- ``date``: ``2021-07-21``, a calendar date, read as midnight UTC;
 - ``epoch_seconds`` / ``epoch_millis`` / ``epoch_micros``: numbers (or numeric strings);
 - anything else is a Spark datetime pattern such as ``yyyy-MM-dd HH:mm:ss``.
 
@@ -36,7 +38,15 @@ _EPOCH_BOUNDS = {
     "epoch_millis": 253402300799999,
     "epoch_micros": 253402300799999999,
 }
-NAMED_FORMATS = ("iso8601", *EPOCH_FORMATS)
+NAMED_FORMATS = ("iso8601", "date", *EPOCH_FORMATS)
+#: An ISO-8601 date and time, as Spark's cast reads it, with at least hours and minutes
+#: (a bare year, a bare time or a date alone is not one). A signed year of more than four
+#: digits passes here so that it is refused, with its range, as out of range.
+ISO_DATE_TIME = (
+    r"^[+-]?[0-9]{4,}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}(:[0-9]{2}([.][0-9]{1,9})?)?"
+    r"(Z|[+-][0-9]{2}(:?[0-9]{2})?)?$"
+)
+ISO_DATE = r"^[+-]?[0-9]{4,}-[0-9]{2}-[0-9]{2}$"
 _PATTERN_LETTERS = set("GyYuUDMLdQqEFaBhKkHmsSnNVzOXxZ'-/:.,T ")
 
 
@@ -79,8 +89,12 @@ def event_time_sql(expr: str, fmt: str, dtype: DataType) -> str:
         # timestamp_seconds takes fractions; millis/micros need whole numbers.
         arg = value if fmt == "epoch_seconds" else f"CAST({value} AS BIGINT)"
         return f"CASE WHEN {value} BETWEEN -{bound} AND {bound} THEN {func}({arg}) END"
+    # A bare year or a date alone would be midnight, a bare time today's date from the clock:
+    # only the pattern's shape is read as a time, so a replayed batch reads it the same.
     if fmt == "iso8601":
-        return f"try_cast({expr} AS TIMESTAMP)"
+        return f"CASE WHEN {expr} RLIKE '{ISO_DATE_TIME}' THEN try_cast({expr} AS TIMESTAMP) END"
+    if fmt == "date":
+        return f"CASE WHEN {expr} RLIKE '{ISO_DATE}' THEN CAST(try_cast({expr} AS DATE) AS TIMESTAMP) END"
     return f"try_to_timestamp({expr}, '{fmt}')"
 
 

@@ -17,13 +17,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from sluice import config
-from sluice.spec import eventtime, files, registry, sqlcheck
+from sluice.spec import eventtime, files, registry, sqlcheck, strict
 from sluice.spec.derived import DerivedError, TableSource
 from sluice.spec.flatten import FlattenError
 from sluice.spec.pipeline import Pipeline, PipelineSpec, SpecError
 from sluice.spec.registry import RegistrySchema
 from sluice.spec.rescue import rescuable
-from sluice.spec.schema import Array, SchemaError, Struct, load_schema
+from sluice.spec.schema import Array, Atomic, SchemaError, Struct, load_schema
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -120,6 +120,7 @@ def parse_pipeline(data: Any, spec_path: Path, seen: tuple[str, ...] = ()) -> Pi
         raise SpecError(spec_path, exc.field, str(exc)) from None
     _check_continuous_columns(pipeline)
     _check_rescue(pipeline)
+    _check_coerce(pipeline)
     if pipeline.derived:
         _check_derivation(pipeline, "it")
     _check_expectations(pipeline)
@@ -272,6 +273,22 @@ def _check_rescue(p: Pipeline) -> None:
         raise SpecError(
             p.spec_path, "on_type_mismatch", "rescue needs a table sink: a Kafka sink has no _rescued column"
         )
+
+
+def _check_coerce(p: Pipeline) -> None:
+    for dotted, c in p.spec.coerce.items():
+        where = f"coerce.{dotted}"
+        found = p.schema.find(dotted)
+        if found is None:
+            raise SpecError(p.spec_path, where, f"no field {dotted!r} in the schema (outside arrays)")
+        if dotted == p.event_time.field:
+            raise SpecError(p.spec_path, where, "the event time is read by event_time.format, not coerced")
+        if not isinstance(found.type, Atomic):
+            raise SpecError(p.spec_path, where, f"{dotted!r} has type {found.type.sql()}: only simple types coerce")
+        for option in c.model_fields_set:
+            if not strict.applicable(option, found.type):
+                takes = ", ".join(strict.FITS[option]).upper()
+                raise SpecError(p.spec_path, f"{where}.{option}", f"applies to {takes}, {dotted!r} is {found.type.sql()}")
 
 
 def _check_event_time(p: Pipeline) -> None:

@@ -35,7 +35,7 @@ from pydantic import (
 
 from sluice import config
 from sluice.errors import InvalidInput
-from sluice.spec import eventtime
+from sluice.spec import eventtime, strict
 from sluice.spec.continuous import MICRO_BATCH_HINT, ContinuousError, check_expression
 from sluice.spec.derived import Deduplicate, Derivation, State, TableSource, Window
 from sluice.spec.expectations import Expectations
@@ -323,6 +323,28 @@ AnySource = Annotated[
 ]
 
 
+class Coerce(StrictModel):
+    """What a field may be sent as that does not fit its type exactly; each is off by default,
+    and then such a value is a type mismatch (:mod:`sluice.spec.strict` has the table)."""
+
+    #: DECIMAL: more decimal places than the scale, rounded half up (as Spark rounds).
+    round: Literal["half_up"] | None = None
+    #: DECIMAL: a numeric string such as "2500.00".
+    from_string: bool = False
+    #: FLOAT, DOUBLE: NaN and infinities ("NaN", "Infinity", 1e400).
+    allow_non_finite: bool = False
+    #: STRING: a number, boolean, object or array, kept as Spark's JSON text of it.
+    json_text: bool = False
+
+    def options(self) -> strict.Options:
+        return strict.Options(
+            round=self.round is not None,
+            from_string=self.from_string,
+            allow_non_finite=self.allow_non_finite,
+            json_text=self.json_text,
+        )
+
+
 class PipelineSpec(StrictModel):
     """One pipeline: Kafka topics (or another pipeline's table) in, one date-partitioned
     table (and its quarantine) out."""
@@ -344,6 +366,8 @@ class PipelineSpec(StrictModel):
     #: the record (the default for every field) or ``rescue`` it: the row is written with
     #: the field NULL and the value kept in ``_rescued``.
     on_type_mismatch: dict[str, Literal["quarantine", "rescue"]] = Field(default_factory=dict)
+    #: Field path -> the coercions it takes (strict by default; see :mod:`sluice.spec.strict`).
+    coerce: dict[str, Coerce] = Field(default_factory=dict)
     sink: Sink
     checkpoint: str = Field(min_length=1)
     #: Tables and checkpoints live under $SLUICE_HOME unless this is true (then absolute paths
@@ -508,6 +532,11 @@ class Pipeline:
         return sorted(f for f, action in self.spec.on_type_mismatch.items() if action == "rescue")
 
     @property
+    def coerce(self) -> dict[str, strict.Options]:
+        """Each field's opt-ins to values that do not fit its type exactly (none: strict)."""
+        return {f: c.options() for f, c in self.spec.coerce.items()}
+
+    @property
     def kafka(self) -> Source:
         """The Kafka source; only pipelines that read Kafka have one."""
         if not isinstance(self.spec.source, Source):
@@ -593,6 +622,9 @@ class Pipeline:
             "event_time": self.event_time.model_dump(mode="json"),
             "flatten": self.spec.flatten.model_dump(mode="json") if drops else None,
             "dropping_rules": drops,
+            # Only when set, so that checkpoints recorded before these existed still match.
+            **({"rescue": self.rescue_fields} if self.rescue_fields else {}),
+            **({"coerce": {f: c.model_dump(mode="json") for f, c in self.spec.coerce.items()}} if self.spec.coerce else {}),
         }
 
 

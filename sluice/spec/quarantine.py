@@ -12,7 +12,10 @@ reason starts with          when
 ``malformed JSON``          the value does not parse as JSON
 ``not a JSON object``       it parses, but to an array, string, number, boolean or null
 ``type mismatch``           a field's value does not fit the schema's type (the fields
-                            are named with the type they should have)
+                            are named with the type they should have), or fits only
+                            changed: rounded, from a string, not finite, a time without
+                            its date (:mod:`sluice.spec.strict`; a spec opts in under
+                            ``coerce``)
 ``not strict JSON``         Spark's lenient reader takes it (single quotes, NaN), but not
                             as a VARIANT (strict JSON, at most 16 MiB), so fields the
                             schema does not declare could not be kept
@@ -147,7 +150,12 @@ def fits_but_for_sql(schema: Struct, rescue: list[str], json: str, corrupt: str)
 
 
 def reason_sql(
-    schema: Struct, event_field: str, event_format: str, accepted: Bounds, rescue: Sequence[str] = ()
+    schema: Struct,
+    event_field: str,
+    event_format: str,
+    accepted: Bounds,
+    rescue: Sequence[str] = (),
+    inexact: str = "''",
 ) -> str:
     """A Spark SQL expression that is NULL for a good record and the reason otherwise.
 
@@ -155,6 +163,7 @@ def reason_sql(
     ``__data`` (``from_json`` with a ``__corrupt`` column), ``__variant`` (the value as a
     VARIANT, NULL when it is not JSON) and ``__event_ts``. A type mismatch in a field of
     ``rescue`` is not a reason: its value is kept in ``_rescued`` (:mod:`sluice.spec.rescue`).
+    ``inexact`` lists the values ``from_json`` took but changed (:func:`sluice.spec.strict.items_sql`).
     """
     variant = VARIANT
     kind = f"schema_of_variant({variant})"
@@ -201,6 +210,7 @@ def reason_sql(
     WHEN {kind} NOT LIKE 'OBJECT%' THEN concat({lit(not_object(""))}, {found})
     WHEN {mismatch_list} != '' THEN concat({lit(type_mismatch([]))}, {mismatch_list})
     ELSE {lit(UNFIT)} END
+  WHEN {inexact} != '' THEN concat({lit(type_mismatch([]))}, {inexact})
   WHEN {VARIANT} IS NULL THEN {lit(UNCHECKABLE)}
   WHEN {missing_list} != '' THEN concat({lit(missing_required([]))}, {missing_list})
   WHEN {EVENT_TS} IS NULL AND {event_expr} IS NULL THEN {lit(missing_event_time(event_field))}

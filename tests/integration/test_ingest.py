@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -216,3 +218,63 @@ def test_a_first_batch_killed_while_its_offsets_were_written_starts_again(spark,
     written = kafka_keys(read_without_spark("delta", pipeline.sink_path, keys))
     written += kafka_keys(read_without_spark("delta", pipeline.quarantine_path, keys))
     assert len(written) == len(set(written)) == 40
+
+
+def test_values_from_json_would_change_are_quarantined_with_the_field_or_coerced_where_the_spec_says(
+    spark, broker, tmp_path
+) -> None:
+    """Spark's from_json rounds, reads numbers from strings, takes NaN and a bare year: each
+    such value is quarantined with its field and why, unless the spec opts in under coerce."""
+    topic = new_topic(broker, partitions=1)
+    schema = tmp_path / "readings.ddl"
+    schema.write_text(
+        "ts STRING, amount DECIMAL(10,2), signal DOUBLE, n INT, device STRING, "
+        "lenient DECIMAL(10,2), reading DOUBLE, anything STRING"
+    )
+    pipeline = make_pipeline(
+        tmp_path,
+        topic,
+        schema=str(schema),
+        event_time={"field": "ts", "format": "iso8601"},
+        coerce={
+            "lenient": {"round": "half_up", "from_string": True},
+            "reading": {"allow_non_finite": True},
+            "anything": {"json_text": True},
+        },
+    )
+    ts = '"ts": "2026-11-20T10:15:00Z"'
+    sent: list[tuple[str, str | None]] = [  # the record -> its quarantine reason (None: written)
+        (f'{{{ts}, "amount": 2000.004}}', "type mismatch: amount (2000.004 has more than 2 decimal places)"),
+        (f'{{{ts}, "amount": "2500.00"}}', 'type mismatch: amount ("2500.00" is a string, expected decimal(10,2))'),
+        (f'{{{ts}, "n": "42"}}', "type mismatch: n (expected int)"),
+        (f'{{{ts}, "signal": "NaN"}}', 'type mismatch: signal ("NaN" is not a finite number)'),
+        (f'{{{ts}, "signal": "Infinity"}}', 'type mismatch: signal ("Infinity" is not a finite number)'),
+        # Spark's VARIANT holds 1e400 as an infinite double, which its JSON text quotes.
+        (f'{{{ts}, "signal": 1e400}}', 'type mismatch: signal ("Infinity" is not a finite number)'),
+        (f'{{{ts}, "device": {{"id": "d-1"}}}}', 'type mismatch: device ({"id":"d-1"} is an object, expected string)'),
+        ('{"ts": "2021"}', "bad event time: ts=2021 is not iso8601"),
+        ('{"ts": "10:15:00"}', "bad event time: ts=10:15:00 is not iso8601"),
+        ('{"ts": "2026-11-20"}', "bad event time: ts=2026-11-20 is not iso8601"),
+        (f'{{{ts}, "amount": 1999.99, "signal": 1.5, "n": 42, "device": "d-1"}}', None),
+        (f'{{{ts}, "lenient": 2000.005}}', None),
+        (f'{{{ts}, "lenient": "2500.00"}}', None),
+        (f'{{{ts}, "reading": "NaN"}}', None),
+        (f'{{{ts}, "anything": {{"id": "d-1"}}}}', None),
+    ]
+    send(broker.bootstrap, topic, [Record(text.encode(), "x", reason) for text, reason in sent])
+    run_available_now(spark, pipeline)
+
+    out = {r["_kafka_offset"]: r for r in read_without_spark("delta", pipeline.sink_path).to_pylist()}
+    quarantined = read_without_spark("delta", pipeline.quarantine_path).to_pylist()
+    assert {r["_kafka_offset"]: r["reason"] for r in quarantined} == {
+        offset: reason for offset, (_, reason) in enumerate(sent) if reason is not None
+    }
+    assert sorted(out) == [offset for offset, (_, reason) in enumerate(sent) if reason is None]
+    first = out[10]
+    assert (first["amount"], first["signal"], first["n"], first["device"]) == (Decimal("1999.99"), 1.5, 42, "d-1")
+    assert first["_event_time"] == datetime(2026, 11, 20, 10, 15, tzinfo=UTC)
+    assert out[11]["lenient"] == Decimal("2000.01")  # rounded half up, as the spec allows
+    assert out[12]["lenient"] == Decimal("2500.00")
+    assert math.isnan(out[13]["reading"])
+    assert out[14]["anything"] == '{"id":"d-1"}'
+    assert audit_totals(pipeline) == {"records_in": len(sent), "records_out": 5, "records_quarantined": 10}

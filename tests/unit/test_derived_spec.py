@@ -230,3 +230,22 @@ def test_status_shows_the_last_batch_of_a_stateful_stream() -> None:
     assert rows["state"] == "42 rows, 3.0 MiB" and rows["late rows (last batch)"] == "5"
     assert dict(last_batch_rows({"batch_id": 1, "input_rows": 3})).keys() == {"last batch"}  # a stateless stream
     assert last_batch_rows({}) == []
+
+
+def test_sluice_check_compares_a_local_checkpoints_state_once_it_has_progress(folder: Path) -> None:
+    import json
+
+    from sluice.ops.check import check
+    from sluice.spec.derived import STATE_FILE
+
+    path = derived(folder, window=WINDOW, group_by=["repo_name"], aggregate=COUNT)
+    p = load_pipeline(path)
+    root = Path(p.checkpoint_path)
+    (root / "offsets").mkdir(parents=True)
+    built = p.derivation.signature() | {"group_by": ["actor_login"]}
+    (root / STATE_FILE).write_text(json.dumps(built))
+    [before] = check([path])
+    assert before.tables != "mismatch"  # no batch planned yet: nothing built on that state
+    (root / "offsets" / "0").write_text("v1\n")
+    [after] = check([path])
+    assert after.tables == "mismatch" and "holds state built for a different group_by" in after.detail

@@ -43,11 +43,14 @@ def test_bad_fraction_is_respected_and_every_kind_occurs(signals) -> None:
     gen = EventGenerator(signals, seed=3, now=NOW)
     kinds = Counter(gen.record(0.25).kind for _ in range(4000))
     assert 0.22 < 1 - kinds["good"] / 4000 < 0.28
-    assert set(kinds) == {"good", *BAD_KINDS}
+    assert set(kinds) == {"good", *gen.kinds}
+    assert set(BAD_KINDS) - set(gen.kinds) == {"partial_event_time"}  # its event time is an epoch
 
 
 @pytest.mark.parametrize("kind", BAD_KINDS)
 def test_each_bad_kind_predicts_its_reason(signals, kind) -> None:
+    if kind == "partial_event_time":
+        signals = load_pipeline("payments")
     rec = EventGenerator(signals, seed=11, now=NOW).bad(kind)
     assert rec.kind == kind and rec.reason
     if kind == "tombstone":
@@ -70,6 +73,13 @@ def test_each_bad_kind_predicts_its_reason(signals, kind) -> None:
         assert rec.reason == (
             f"event time out of range: timestamp={ts} (accepted 1970-01-01T00:00:00Z to 1 day after ingestion)"
         )
+    elif kind == "inexact_value":
+        assert rec.reason.startswith("type mismatch: ")
+        assert any(w in rec.reason for w in ("decimal places", "is a string", "not a finite", "is an object"))
+        json.loads(rec.value)
+    elif kind == "partial_event_time":
+        assert json.loads(rec.value)["created_at"] in ("2021", "10:15:00", "2026-11-20")
+        assert rec.reason.startswith("bad event time: created_at=") and rec.reason.endswith(" is not iso8601")
     elif kind == "not_utf8":
         with pytest.raises(UnicodeDecodeError):
             rec.value.decode("utf-8")

@@ -95,6 +95,12 @@ def test_environment_interpolation(tmp_path, monkeypatch) -> None:
             "source",
             "not a Kafka client setting",
         ),
+        ("sink:", "coerce: {signal: {json_text: true}}\nsink:", "coerce.signal.json_text", "applies to STRING"),
+        ("sink:", "coerce: {battery: {round: half_up}}\nsink:", "coerce.battery.round", "applies to DECIMAL"),
+        ("sink:", "coerce: {nope: {round: half_up}}\nsink:", "coerce.nope", "no field 'nope'"),
+        ("sink:", "coerce: {device: {json_text: true}}\nsink:", "coerce.device", "only simple types"),
+        ("sink:", "coerce: {timestamp: {from_string: true}}\nsink:", "coerce.timestamp", "event_time.format"),
+        ("sink:", "coerce: {signal: {round: half_down}}\nsink:", "coerce.signal.round", "half_up"),
     ],
 )
 def test_bad_specs_name_file_field_and_expectation(tmp_path, old, new, field, message) -> None:
