@@ -20,9 +20,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sluice.spec import Pipeline
+from sluice.spec import Pipeline, strict
 from sluice.spec import quarantine as q
-from sluice.spec import strict
 from sluice.spec.schema import Array, Atomic, DataType, Map, Struct
 
 BAD_KINDS = (
@@ -223,9 +222,12 @@ class EventGenerator:
                 path = f"{prefix}{f.name}"
                 if isinstance(f.type, Struct):
                     walk(f.type, path + ".")
-                elif isinstance(f.type, Atomic) and path != self.event_field and path not in coerce:
-                    if f.type.name.startswith("decimal") or f.type.name in ("double", "float", "string"):
-                        out.append((path, f.type))
+                elif (
+                    isinstance(f.type, Atomic)
+                    and path not in (self.event_field, *coerce)
+                    and (f.type.name.startswith("decimal") or f.type.name in ("double", "float", "string"))
+                ):
+                    out.append((path, f.type))
 
         walk(self.pipeline.schema, "")
         return [(p, t) for p, t in out if p not in self.pipeline.rescue_fields]

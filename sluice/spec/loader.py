@@ -288,7 +288,9 @@ def _check_coerce(p: Pipeline) -> None:
         for option in c.model_fields_set:
             if not strict.applicable(option, found.type):
                 takes = ", ".join(strict.FITS[option]).upper()
-                raise SpecError(p.spec_path, f"{where}.{option}", f"applies to {takes}, {dotted!r} is {found.type.sql()}")
+                raise SpecError(
+                    p.spec_path, f"{where}.{option}", f"applies to {takes}, {dotted!r} is {found.type.sql()}"
+                )
 
 
 def _check_event_time(p: Pipeline) -> None:

@@ -624,7 +624,11 @@ class Pipeline:
             "dropping_rules": drops,
             # Only when set, so that checkpoints recorded before these existed still match.
             **({"rescue": self.rescue_fields} if self.rescue_fields else {}),
-            **({"coerce": {f: c.model_dump(mode="json") for f, c in self.spec.coerce.items()}} if self.spec.coerce else {}),
+            **(
+                {"coerce": {f: c.model_dump(mode="json") for f, c in self.spec.coerce.items()}}
+                if self.spec.coerce
+                else {}
+            ),
         }
 
 

@@ -51,7 +51,6 @@ MARK = "\x00"
 SHOWN = 40
 
 
-
 @dataclass(frozen=True)
 class Options:
     """A field's opt-ins (the spec's ``coerce.<field>``); all off is strict."""
@@ -140,7 +139,9 @@ def check_sql(dtype: Atomic, raw: str, parsed: str, options: Options = Options()
     if name.startswith("decimal"):
         scale = int(name.rstrip(")").split(",")[1])
         # A numeric string is read as the JSON number it spells, then checked like one.
-        number = f"CASE WHEN {kind} = 'STRING' THEN try_parse_json(try_variant_get({raw}, '$', 'string')) ELSE {raw} END"
+        number = (
+            f"CASE WHEN {kind} = 'STRING' THEN try_parse_json(try_variant_get({raw}, '$', 'string')) ELSE {raw} END"
+        )
         number_kind = f"schema_of_variant({number})"
         # parse_json keeps a plain number as an exact DECIMAL (trailing zeros dropped) and one
         # with an exponent as a DOUBLE; either way it must equal what was written.
