@@ -30,9 +30,24 @@ from sluice.spec import Pipeline
 log = logging.getLogger("sluice.backfill")
 
 
+#: Options that say where to read: the plan says it instead. Spark prefers the timestamp ones
+#: to ``startingOffsets``, so a spec's ``startingTimestamp`` would move a backfill's start.
+_WHERE_TO_READ = (
+    "subscribe",
+    "subscribePattern",
+    "startingOffsets",
+    "startingTimestamp",
+    "startingOffsetsByTimestamp",
+    "startingOffsetsByTimestampStrategy",
+    "endingOffsets",
+    "endingTimestamp",
+    "endingOffsetsByTimestamp",
+)
+
+
 def source_options(plan: BackfillPlan, options: dict[str, str]) -> dict[str, str]:
     """The stream's Kafka options, narrowed to exactly the plan's partitions and start."""
-    opts = {k: v for k, v in options.items() if k not in ("subscribe", "subscribePattern", "startingOffsets")}
+    opts = {k: v for k, v in options.items() if k not in _WHERE_TO_READ}
     opts["assign"] = json.dumps({t: sorted(parts) for t, parts in plan.ranges.items()})
     opts["startingOffsets"] = json.dumps(
         {t: {str(p): r[0] for p, r in parts.items()} for t, parts in plan.ranges.items()}

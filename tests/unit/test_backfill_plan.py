@@ -67,3 +67,25 @@ def test_a_plan_survives_its_json_round_trip() -> None:
 def test_anything_but_a_plan_is_refused_with_a_value_error(text: str) -> None:
     with pytest.raises(ValueError):
         BackfillPlan.from_json(text)
+
+
+def test_a_backfill_reads_from_its_range_whatever_the_spec_says_about_where_to_start() -> None:
+    from jobs.backfill import source_options
+
+    plan = BackfillPlan("b1", {"t": {0: (40, 90), 1: (5, 7)}})
+    stream = {
+        "kafka.bootstrap.servers": "k:9092",
+        "subscribe": "t",
+        "startingOffsets": "earliest",
+        # Spark prefers these to startingOffsets: left in, the backfill started at the timestamp.
+        "startingTimestamp": "1700000000000",
+        "startingOffsetsByTimestamp": '{"t": {"0": 1700000000000}}',
+        "endingTimestamp": "1800000000000",
+        "kafka.security.protocol": "SASL_SSL",
+    }
+    assert source_options(plan, stream) == {
+        "kafka.bootstrap.servers": "k:9092",
+        "kafka.security.protocol": "SASL_SSL",
+        "assign": '{"t": [0, 1]}',
+        "startingOffsets": '{"t": {"0": 40, "1": 5}}',
+    }
