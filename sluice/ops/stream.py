@@ -68,15 +68,38 @@ def alive(pid: int) -> bool:
         return False
 
 
+#: How long after its record a recorded process may have started (the record is written
+#: right after the launch, the driver's status right after it starts).
+_START_SLACK = 5.0
+
+
+def _is_drivers(proc: psutil.Process | None, pipeline: Pipeline, recorded_at: float) -> psutil.Process | None:
+    """``proc`` if it runs this pipeline's spec and started before its record was written: a
+    pid in a run record can name another pipeline's driver, or anything, once pids are reused
+    (a container restart begins counting again)."""
+    if proc is None:
+        return None
+    try:
+        cmd, started, cwd = proc.cmdline(), proc.create_time(), proc.cwd()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+    spec = cmd[cmd.index("--spec") + 1] if "--spec" in cmd[:-1] else None
+    if spec is None or started > recorded_at + _START_SLACK:
+        return None
+    if spec == pipeline.name or os.path.realpath(os.path.join(cwd, spec)) == os.path.realpath(pipeline.spec_path):
+        return proc
+    return None
+
+
 def driver_process(pipeline: Pipeline) -> psutil.Process | None:
     """The running Python driver of this pipeline's stream, whoever started it."""
     status = Status.read(pipeline.name)
     if status and status.state in ("starting", "running"):
-        proc = process_named(status.pid)
+        proc = _is_drivers(process_named(status.pid), pipeline, status.updated_at)
         if proc is not None:
             return proc
     driver = Driver.read(pipeline.name)
-    return process_named(driver.pid) if driver else None
+    return _is_drivers(process_named(driver.pid), pipeline, driver.launched_at) if driver else None
 
 
 def launch(
@@ -219,7 +242,8 @@ def stop(pipeline: Pipeline, *, by: str, timeout: float = 120.0, grace: float = 
     if proc is None:
         return f"{pipeline.name} is not running; it stays stopped"
     started = time.monotonic()
-    if terminate(proc, process_named(driver.pid) if driver else None, timeout=timeout, grace=grace):
+    group = _is_drivers(process_named(driver.pid), pipeline, driver.launched_at) if driver else None
+    if terminate(proc, group, timeout=timeout, grace=grace):
         return f"stopped {pipeline.name} gracefully in {time.monotonic() - started:.1f}s (driver pid {proc.pid})"
     return f"{pipeline.name} did not stop within {timeout:.0f}s; terminated its process group (restart resumes from the checkpoint)"
 

@@ -275,3 +275,32 @@ def test_publish_announces_each_batch_once_including_backfills(home: Path, pipel
     with pytest.raises(RuntimeError):
         publish.publish(pipeline, broken)
     assert publish.publish(pipeline, emitted.append)["records_quarantined"] == 7  # not lost by the failed emit
+
+
+def test_a_recorded_pid_is_the_driver_only_if_it_runs_that_pipeline_and_started_before_its_record(
+    home: Path, pipeline: Pipeline
+) -> None:
+    """After a container restart a pid in run/<name>/driver.json can name any process: a
+    second pipeline's driver must never be taken for the first's, nor stopped by its stop."""
+    import subprocess
+    import sys
+
+    other = make_pipeline(home, "other")
+    cmd = [sys.executable, "-c", "import time; time.sleep(30)", "ingest.py", "--spec", str(other.spec_path)]
+    proc = subprocess.Popen(cmd)
+    try:
+        deadline = time.monotonic() + 10
+        while "--spec" not in psutil.Process(proc.pid).cmdline() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        Driver(pipeline.name, proc.pid, cmd, "log", time.time(), "test").save()
+        assert stream.driver_process(pipeline) is None
+        assert stream.stop(pipeline, by="test") == f"{pipeline.name} is not running; it stays stopped"
+        assert proc.poll() is None  # the other pipeline's driver runs on
+
+        Driver(other.name, proc.pid, cmd, "log", time.time() - 3600, "test").save()  # recorded before it started
+        assert stream.driver_process(other) is None
+        Driver(other.name, proc.pid, cmd, "log", time.time(), "test").save()
+        assert stream.driver_process(other) is not None
+    finally:
+        proc.kill()
+        proc.wait()
