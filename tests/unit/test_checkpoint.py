@@ -26,3 +26,15 @@ def test_the_split_names_what_sends_a_record_to_the_quarantine(tmp_path) -> None
     schema = write(tmp_path, GOOD, str(tmp_path / "other.json"))
     (tmp_path / "other.json").write_text('{"type": "struct", "fields": [{"name": "timestamp", "type": "long"}]}')
     assert split_changes(base, load_pipeline(schema).split) == ["schema"]
+
+
+def test_rescue_and_coerce_decide_a_records_table_too(tmp_path) -> None:
+    """Adding rescue between a crash and the restart could put a record of the replayed batch
+    in neither table: the quarantine part was written, the table part is written without it."""
+    base = load_pipeline(write(tmp_path, GOOD)).split
+    rescue = GOOD + "on_type_mismatch: {battery: rescue}\n"
+    assert split_changes(base, load_pipeline(write(tmp_path, rescue)).split) == ["rescue"]
+    quarantine = GOOD + "on_type_mismatch: {battery: quarantine}\n"  # the default, said aloud
+    assert split_changes(base, load_pipeline(write(tmp_path, quarantine)).split) == []
+    coerce = GOOD + "coerce: {signal: {allow_non_finite: true}}\n"
+    assert split_changes(base, load_pipeline(write(tmp_path, coerce)).split) == ["coerce"]
