@@ -39,7 +39,7 @@ def parse(raw: DataFrame, pipeline: Pipeline) -> DataFrame:
     assert event_field is not None  # checked when the spec was loaded
     event_expr = PARSED + "." + ".".join(quote(p) for p in et.field.split("."))
     options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": q.CORRUPT}
-    checks = strict.checks(pipeline.schema, et.field, pipeline.coerce)
+    checks = strict.checks(pipeline.schema, et.field, pipeline.spec.coerce)
     rescued = set(pipeline.rescue_fields)
     parsed = (
         raw.select(

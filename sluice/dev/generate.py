@@ -215,7 +215,7 @@ class EventGenerator:
     def _inexact_leaves(self) -> list[tuple[str, Atomic]]:
         """Leaves outside arrays whose values strict parsing checks, but for the event time and
         the fields the spec lets coerce."""
-        coerce, out = self.pipeline.coerce, []
+        coerce, out = self.pipeline.spec.coerce, []
 
         def walk(struct: Struct, prefix: str) -> None:
             for f in struct.fields:

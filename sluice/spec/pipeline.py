@@ -323,28 +323,6 @@ AnySource = Annotated[
 ]
 
 
-class Coerce(StrictModel):
-    """What a field may be sent as that does not fit its type exactly; each is off by default,
-    and then such a value is a type mismatch (:mod:`sluice.spec.strict` has the table)."""
-
-    #: DECIMAL: more decimal places than the scale, rounded half up (as Spark rounds).
-    round: Literal["half_up"] | None = None
-    #: DECIMAL: a numeric string such as "2500.00".
-    from_string: bool = False
-    #: FLOAT, DOUBLE: NaN and infinities ("NaN", "Infinity", 1e400).
-    allow_non_finite: bool = False
-    #: STRING: a number, boolean, object or array, kept as Spark's JSON text of it.
-    json_text: bool = False
-
-    def options(self) -> strict.Options:
-        return strict.Options(
-            round=self.round is not None,
-            from_string=self.from_string,
-            allow_non_finite=self.allow_non_finite,
-            json_text=self.json_text,
-        )
-
-
 class PipelineSpec(StrictModel):
     """One pipeline: Kafka topics (or another pipeline's table) in, one date-partitioned
     table (and its quarantine) out."""
@@ -367,7 +345,7 @@ class PipelineSpec(StrictModel):
     #: the field NULL and the value kept in ``_rescued``.
     on_type_mismatch: dict[str, Literal["quarantine", "rescue"]] = Field(default_factory=dict)
     #: Field path -> the coercions it takes (strict by default; see :mod:`sluice.spec.strict`).
-    coerce: dict[str, Coerce] = Field(default_factory=dict)
+    coerce: dict[str, strict.Coerce] = Field(default_factory=dict)
     sink: Sink
     checkpoint: str = Field(min_length=1)
     #: Tables and checkpoints live under $SLUICE_HOME unless this is true (then absolute paths
@@ -530,11 +508,6 @@ class Pipeline:
     def rescue_fields(self) -> list[str]:
         """The fields whose mismatched values are rescued instead of quarantined."""
         return sorted(f for f, action in self.spec.on_type_mismatch.items() if action == "rescue")
-
-    @property
-    def coerce(self) -> dict[str, strict.Options]:
-        """Each field's opt-ins to values that do not fit its type exactly (none: strict)."""
-        return {f: c.options() for f, c in self.spec.coerce.items()}
 
     @property
     def kafka(self) -> Source:

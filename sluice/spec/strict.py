@@ -36,11 +36,12 @@ A check is NULL when the value is kept as it came, and otherwise the detail of t
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import Literal
 
 from sluice.spec.columns import PARSED, VARIANT
 from sluice.spec.eventtime import ISO_DATE, ISO_DATE_TIME
 from sluice.spec.flatten import quote
+from sluice.spec.model import StrictModel
 from sluice.spec.quarantine import json_path, lit
 from sluice.spec.schema import Atomic, Struct
 
@@ -51,14 +52,21 @@ MARK = "\x00"
 SHOWN = 40
 
 
-@dataclass(frozen=True)
-class Options:
-    """A field's opt-ins (the spec's ``coerce.<field>``); all off is strict."""
+class Coerce(StrictModel):
+    """A field's opt-ins (the spec's ``coerce.<field>``), each off by default: then a value
+    that does not fit the field's type exactly is a type mismatch (the table above)."""
 
-    round: bool = False
+    #: DECIMAL: more decimal places than the scale, rounded half up (as Spark rounds).
+    round: Literal["half_up"] | None = None
+    #: DECIMAL: a numeric string such as "2500.00".
     from_string: bool = False
+    #: FLOAT, DOUBLE: NaN and infinities ("NaN", "Infinity", 1e400).
     allow_non_finite: bool = False
+    #: STRING: a number, boolean, object or array, kept as Spark's JSON text of it.
     json_text: bool = False
+
+
+STRICT = Coerce()
 
 
 #: Which opt-in fits which type (by the Spark JSON name's start).
@@ -128,7 +136,7 @@ def _non_finite(x: str) -> str:
     return f"(isnan({x}) OR abs({x}) = double('Infinity'))"
 
 
-def check_sql(dtype: Atomic, raw: str, parsed: str, options: Options = Options()) -> str | None:
+def check_sql(dtype: Atomic, raw: str, parsed: str, options: Coerce = STRICT) -> str | None:
     """SQL that is NULL when ``parsed`` (``from_json``'s value, not NULL) is ``raw`` (the
     VARIANT at the field) as it came, and the reason's detail otherwise; None when the type
     needs no check."""
@@ -154,7 +162,7 @@ def check_sql(dtype: Atomic, raw: str, parsed: str, options: Options = Options()
         parts = []
         if not options.from_string:
             parts.append(f"WHEN {kind} = 'STRING' THEN {wrong_kind}")
-        if not options.round:
+        if options.round is None:
             places = _words(too_many_places(MARK, scale), value)
             parts.append(f"WHEN {inexact} THEN {places}")
         return f"CASE {' '.join(parts)} END" if parts else None
@@ -190,7 +198,7 @@ def _leaves(struct: Struct, path: str = "", expr: str = PARSED) -> list[tuple[st
     return out
 
 
-def checks(schema: Struct, event_field: str, coerce: Mapping[str, Options]) -> list[tuple[str, str]]:
+def checks(schema: Struct, event_field: str, coerce: Mapping[str, Coerce]) -> list[tuple[str, str]]:
     """(dotted path, SQL) of the check of each field that needs one, over the columns
     ``__data`` and ``__variant``: NULL when the field is absent, NULL or kept as it came."""
     out = []
@@ -200,7 +208,7 @@ def checks(schema: Struct, event_field: str, coerce: Mapping[str, Options]) -> l
         if jp is None or (dotted == event_field and dtype.name not in ("timestamp", "timestamp_ntz", "date")):
             continue
         raw = f"try_variant_get({VARIANT}, {lit(jp)}, 'variant')"
-        sql = check_sql(dtype, raw, parsed, coerce.get(dotted, Options()))
+        sql = check_sql(dtype, raw, parsed, coerce.get(dotted, STRICT))
         if sql is not None:
             out.append((dotted, f"CASE WHEN {parsed} IS NOT NULL THEN {sql} END"))
     return out
