@@ -37,7 +37,7 @@ def parse(raw: DataFrame, pipeline: Pipeline) -> DataFrame:
     et = pipeline.event_time
     event_field = pipeline.schema.find(et.field)
     assert event_field is not None  # checked when the spec was loaded
-    event_expr = PARSED + "." + ".".join(quote(p) for p in et.field.split("."))
+    event_expr = q.parsed_sql(et.field)
     options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": q.CORRUPT}
     checks = strict.checks(pipeline.schema, et.field, pipeline.spec.coerce)
     rescued = set(pipeline.rescue_fields)
@@ -58,7 +58,7 @@ def parse(raw: DataFrame, pipeline: Pipeline) -> DataFrame:
     # keeps it as it came (rescue.mismatch_sql), as when from_json could not read it at all.
     for dotted, check in checks:
         if dotted in rescued:
-            kept = F.when(F.expr(check).isNull(), F.col(PARSED + "." + ".".join(quote(p) for p in dotted.split("."))))
+            kept = F.when(F.expr(check).isNull(), F.col(q.parsed_sql(dotted)))
             parsed = parsed.withColumn(PARSED, F.col(PARSED).withField(dotted, kept))
     inexact = strict.items_sql([(d, c) for d, c in checks if d not in rescued])
     return (

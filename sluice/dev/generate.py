@@ -215,22 +215,14 @@ class EventGenerator:
     def _inexact_leaves(self) -> list[tuple[str, Atomic]]:
         """Leaves outside arrays whose values strict parsing checks, but for the event time and
         the fields the spec lets coerce."""
-        coerce, out = self.pipeline.spec.coerce, []
-
-        def walk(struct: Struct, prefix: str) -> None:
-            for f in struct.fields:
-                path = f"{prefix}{f.name}"
-                if isinstance(f.type, Struct):
-                    walk(f.type, path + ".")
-                elif (
-                    isinstance(f.type, Atomic)
-                    and path not in (self.event_field, *coerce)
-                    and (f.type.name.startswith("decimal") or f.type.name in ("double", "float", "string"))
-                ):
-                    out.append((path, f.type))
-
-        walk(self.pipeline.schema, "")
-        return [(p, t) for p, t in out if p not in self.pipeline.rescue_fields]
+        skipped = {self.event_field, *self.pipeline.spec.coerce, *self.pipeline.rescue_fields}
+        return [
+            (path, t)
+            for path, _, t, _, _ in q.nodes(self.pipeline.schema)
+            if isinstance(t, Atomic)
+            and path not in skipped
+            and (t.name.startswith("decimal") or t.name in ("double", "float", "string"))
+        ]
 
     def _absurd_time(self) -> Any:
         return self.rng.choice(self._absurd_times())

@@ -106,7 +106,12 @@ def json_path(dotted: str) -> str | None:
     return "$" + "".join(parts)
 
 
-def _nodes(struct: Struct, path: str = "", expr: str = PARSED) -> list[tuple[str, str, DataType, bool, str]]:
+def parsed_sql(dotted: str) -> str:
+    """What ``from_json`` read for the field at ``dotted`` (outside arrays)."""
+    return f"{PARSED}." + ".".join(quote(p) for p in dotted.split("."))
+
+
+def nodes(struct: Struct, path: str = "", expr: str = PARSED) -> list[tuple[str, str, DataType, bool, str]]:
     """(dotted path, expr, type, required, parent expr) for every field outside arrays."""
     out = []
     for f in struct.fields:
@@ -114,7 +119,7 @@ def _nodes(struct: Struct, path: str = "", expr: str = PARSED) -> list[tuple[str
         child = f"{expr}.{quote(f.name)}"
         out.append((dotted, child, f.type, f.required, expr))
         if isinstance(f.type, Struct):
-            out.extend(_nodes(f.type, dotted, child))
+            out.extend(nodes(f.type, dotted, child))
     return out
 
 
@@ -171,10 +176,10 @@ def reason_sql(
         f"CASE WHEN {kind} LIKE 'ARRAY%' THEN 'array' WHEN {kind} = 'STRING' THEN 'string' "
         f"WHEN {kind} = 'VOID' THEN 'null' WHEN {kind} = 'BOOLEAN' THEN 'boolean' ELSE 'number' END"
     )
-    nodes = _nodes(schema)
+    fields = nodes(schema)
 
     mismatches = []
-    for dotted, expr, dtype, _req, _parent in nodes:
+    for dotted, expr, dtype, _req, _parent in fields:
         jp = json_path(dotted)
         if jp is None or dotted in rescue:
             continue
@@ -189,13 +194,13 @@ def reason_sql(
     )
 
     missing = []
-    for dotted, expr, _dtype, required, parent in nodes:
+    for dotted, expr, _dtype, required, parent in fields:
         if required:
             guard = "" if parent == PARSED else f" AND {parent} IS NOT NULL"
             missing.append(f"CASE WHEN {expr} IS NULL{guard} THEN {lit(dotted)} END")
     missing_list = f"concat_ws(', ', {', '.join(missing)})" if missing else "''"
 
-    event_expr = f"{PARSED}." + ".".join(quote(p) for p in event_field.split("."))
+    event_expr = parsed_sql(event_field)
     event_jp = json_path(event_field) or "$"
     raw_event = f"coalesce(get_json_object({JSON}, {lit(event_jp)}), '?')"
     prefix_bad, suffix_bad = bad_event_time(event_field, "\x00", event_format).split("\x00")

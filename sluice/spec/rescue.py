@@ -32,9 +32,8 @@ from __future__ import annotations
 
 import re
 
-from sluice.spec.columns import PARSED, VARIANT
-from sluice.spec.flatten import quote
-from sluice.spec.quarantine import json_path, lit
+from sluice.spec.columns import VARIANT
+from sluice.spec.quarantine import json_path, lit, parsed_sql
 from sluice.spec.schema import Array, Atomic, DataType, Map, Struct
 
 #: A MAP<STRING, VARIANT> with nothing in it.
@@ -122,7 +121,7 @@ def _raw(dotted: str) -> str:
 
 def mismatch_sql(dotted: str) -> str:
     """True when the field at ``dotted`` is in the record but ``from_json`` could not read it."""
-    parsed = PARSED + "." + ".".join(quote(p) for p in dotted.split("."))
+    parsed = parsed_sql(dotted)
     raw = _raw(dotted)
     return f"({parsed} IS NULL AND {raw} IS NOT NULL AND NOT is_variant_null({raw}))"
 

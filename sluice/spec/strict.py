@@ -38,11 +38,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Literal
 
-from sluice.spec.columns import PARSED, VARIANT
+from sluice.spec.columns import VARIANT
 from sluice.spec.eventtime import ISO_DATE, ISO_DATE_TIME
-from sluice.spec.flatten import quote
 from sluice.spec.model import StrictModel
-from sluice.spec.quarantine import json_path, lit
+from sluice.spec.quarantine import json_path, lit, nodes
 from sluice.spec.schema import Atomic, Struct
 
 #: Where a wording function's text takes a value that only Spark knows.
@@ -185,24 +184,13 @@ def check_sql(dtype: Atomic, raw: str, parsed: str, options: Coerce = STRICT) ->
     return None
 
 
-def _leaves(struct: Struct, path: str = "", expr: str = PARSED) -> list[tuple[str, str, Atomic]]:
-    """(dotted path, parsed expr, type) of every simple-typed field outside arrays."""
-    out: list[tuple[str, str, Atomic]] = []
-    for f in struct.fields:
-        dotted = f"{path}.{f.name}" if path else f.name
-        child = f"{expr}.{quote(f.name)}"
-        if isinstance(f.type, Struct):
-            out.extend(_leaves(f.type, dotted, child))
-        elif isinstance(f.type, Atomic):
-            out.append((dotted, child, f.type))
-    return out
-
-
 def checks(schema: Struct, event_field: str, coerce: Mapping[str, Coerce]) -> list[tuple[str, str]]:
     """(dotted path, SQL) of the check of each field that needs one, over the columns
     ``__data`` and ``__variant``: NULL when the field is absent, NULL or kept as it came."""
     out = []
-    for dotted, parsed, dtype in _leaves(schema):
+    for dotted, parsed, dtype, _required, _parent in nodes(schema):
+        if not isinstance(dtype, Atomic):
+            continue
         jp = json_path(dotted)
         # The event time is read by its format, unless its type makes from_json read it.
         if jp is None or (dotted == event_field and dtype.name not in ("timestamp", "timestamp_ntz", "date")):
