@@ -137,6 +137,8 @@ def run(
         log.info("stopping %s", pipeline.name)
         query.stop()
     error = query.exception()
-    if reporter is not None:
-        reporter.report("failed" if error else "stopped", query, str(error) if error else None)
+    if reporter is not None and error is not None:
+        reporter.failed(spark, pipeline.checkpoint_path, str(error), query)
+    elif reporter is not None:
+        reporter.report("stopped", query)
     return error

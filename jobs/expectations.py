@@ -113,10 +113,13 @@ def enforce(batch: DataFrame, pipeline: Pipeline, batch_id: int, counts: dict[st
         )
         assert example is not None  # the count says there is one
         text = example["text"] if len(example["text"]) <= 500 else example["text"][:500] + "..."
+        text = text.replace("\r", "\\r").replace("\n", "\\n")  # the message stays one line
         raise ExpectationFailed(
             f"{pipeline.name}: expectation {name!r} ({describe(pipeline.spec.expectations.rows[name])}) failed "
             f"for {count.failed} of {count.checked} records in batch {batch_id}; nothing of this batch was "
-            f"written. For example {example['topic']}[{example['partition']}] offset {example['offset']}: {text}"
+            f"written. For example {example['topic']}[{example['partition']}] offset {example['offset']}: {text}. "
+            f"To go on, set the rule's action to drop (such records go to the quarantine with its name) or "
+            f"correct the rule, then restart {pipeline.name}"
         )
 
 

@@ -49,6 +49,7 @@ from jobs.lifecycle import configure_logging, stop_on_signals
 from jobs.parse import REASON, flat_rows, for_split, parse, quarantine_rows, read_kafka, rescued_paths
 from jobs.sinks import BatchSink, log_growth, table_shape
 from jobs.status import StatusReporter, run_summary
+from sluice.errors import root_cause
 from sluice.records import checkpoint, locks
 from sluice.records.audit import BatchAudit
 from sluice.records.audit import file_name as audit_file
@@ -111,6 +112,9 @@ class BatchWriter:
             audit, counts = self._count(batch, batch_id)
             audit.records_already_present = present
             expectations.enforce(batch, self.pipeline, batch_id, counts)
+            if audit.records_out or audit.records_quarantined:
+                cp = self.pipeline.checkpoint_path.rstrip("/")
+                hadoopfs.write_text(self.spark, f"{cp}/{checkpoint.WRITING_FILE}", str(batch_id))
             if audit.records_out:
                 good = flat_rows(batch.filter(F.col(REASON).isNull()), self.pipeline)
                 if self.pipeline.plan.explodes:
@@ -177,27 +181,44 @@ class BatchWriter:
 
 
 def check_split(spark: SparkSession, pipeline: Pipeline) -> None:
-    """Refuse to replay an unfinished batch under a different split, then record this one.
+    """Refuse to replay a partly written batch under a different split, then record this one.
 
     A crash between a batch's two table writes leaves it planned but not committed; the
     restart replays it, skipping the table that already has its part. If the schema, the
     event-time rules or a dropping row rule changed meanwhile, a record could then land in
-    both tables or in neither.
+    both tables or in neither. A planned batch that wrote nothing (it failed a ``fail``
+    rule, or declined to start after a stop request) runs under the new split: that is how
+    changing a rule gets a stream past a batch it failed on.
     """
     cp = pipeline.checkpoint_path.rstrip("/")
+    names = hadoopfs.list_names(spark, cp)
     pending = checkpoint.pending_batch(
         hadoopfs.list_names(spark, f"{cp}/offsets"), hadoopfs.list_names(spark, f"{cp}/commits")
     )
+    began = (
+        int(hadoopfs.read_text(spark, f"{cp}/{checkpoint.WRITING_FILE}")) if checkpoint.WRITING_FILE in names else None
+    )
     record = f"{cp}/{checkpoint.SPLIT_FILE}"
-    if pending is not None and checkpoint.SPLIT_FILE in hadoopfs.list_names(spark, cp):
+    if pending is not None and checkpoint.SPLIT_FILE in names:
         changed = checkpoint.split_changes(json.loads(hadoopfs.read_text(spark, record)), pipeline.split)
-        if changed:
+        # Checkpoints from before WRITING_FILE existed cannot say: treat the batch as begun.
+        if changed and (began is None or began >= pending):
             raise CheckpointMismatch(
                 f"{pipeline.name}: batch {pending} was planned, but not committed, under a different "
                 f"{' and '.join(changed)}. Replaying it with this spec could put a record in both tables "
                 f"or in neither. Restore the previous spec and start the pipeline once, so that batch "
                 f"{pending} commits (`--available-now` ends after it), then apply the change."
             )
+        if changed:
+            log.info(
+                "%s: batch %d was planned under a different %s but wrote nothing; it runs under this spec",
+                pipeline.name,
+                pending,
+                " and ".join(changed),
+            )
+    if began is None and pending is None:
+        last = checkpoint.last_batch(hadoopfs.list_names(spark, f"{cp}/commits"))
+        hadoopfs.write_text(spark, f"{cp}/{checkpoint.WRITING_FILE}", str(-1 if last is None else last))
     hadoopfs.write_text(spark, record, json.dumps(pipeline.split, sort_keys=True))
 
 
@@ -346,14 +367,15 @@ def _run(
         if backfill is None and query.lastProgress:
             events.wait_for(int(query.lastProgress["batchId"]))
         log.info("%s: run summary %s", pipeline.name, json.dumps(run_summary(query.recentProgress)))
-        error = query.exception()
+        error: Exception | None = query.exception()
         if error is not None and STOP_MARKER in str(error):
             log.info("stopping %s after its last committed batch", query.name)
             error = None
         if error is None or _SPARK_57438 not in str(error) or restarts == MAX_NPE_RESTARTS:
-            if reporter is not None:
-                ended = "finished" if available_now and not stop.is_set() else "stopped"
-                reporter.report("failed" if error else ended, query, str(error) if error else None)
+            if reporter is not None and error is not None:
+                reporter.failed(spark, pipeline.checkpoint_path, str(error), query)
+            elif reporter is not None:
+                reporter.report("finished" if available_now and not stop.is_set() else "stopped", query)
             return error
         restarts += 1
         log.warning("%s: restarting from the checkpoint after SPARK-57438 (replayed batch committed)", pipeline.name)
@@ -422,11 +444,12 @@ def drive(pipeline: Pipeline, backfill: BackfillPlan | None, available_now: bool
         derive.IncompatibleState,
     ) as exc:
         if reporter is not None:
-            reporter.report("failed", error=str(exc))
+            reporter.failed(spark, pipeline.checkpoint_path, str(exc))
         log.error("%s", exc)
         return 3
     if error is not None:
-        log.error("%s failed: %s", pipeline.name, error)
+        # The whole trace is in this log already, where Spark reported the query's end.
+        log.error("%s failed: %s", pipeline.name, root_cause(str(error)))
         return 1
     log.info("%s: stopped cleanly", pipeline.name)
     return 0

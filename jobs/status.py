@@ -14,8 +14,11 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from jobs import hadoopfs
 from jobs.events import WriterCounts
-from sluice.records.run import Status
+from sluice.errors import root_cause
+from sluice.records import checkpoint
+from sluice.records.run import Failures, Status
 
 
 def _progress_summary(progress: dict[str, Any] | None, counts: dict[int, WriterCounts]) -> dict[str, Any]:
@@ -76,3 +79,17 @@ class StatusReporter:
             status.query_id, status.run_id = str(query.id), str(query.runId)
             status.last_progress = _progress_summary(query.lastProgress, self.counts)
         status.save()
+
+    def failed(self, spark: SparkSession, checkpoint_path: str, error: str, query: StreamingQuery | None = None) -> str:
+        """Report the failure's root cause, and count it against the batch a restart runs
+        next (supervision stops restarting after too many in a row); the cause's one line."""
+        cause = root_cause(error)
+        self.report("failed", query, cause)
+        Failures.record(self.name, next_batch(spark, checkpoint_path), cause)
+        return cause
+
+
+def next_batch(spark: SparkSession, checkpoint_path: str) -> int:
+    """The batch a start from this checkpoint runs first: the one after its last commit."""
+    last = checkpoint.last_batch(hadoopfs.list_names(spark, f"{checkpoint_path.rstrip('/')}/commits"))
+    return 0 if last is None else last + 1

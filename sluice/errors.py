@@ -9,6 +9,8 @@ otherwise it fails at once), and :class:`NothingToDo` for work that is not an er
 
 from __future__ import annotations
 
+import re
+
 
 class SluiceError(Exception):
     """An expected failure; its message is complete and meant for the user."""
@@ -56,6 +58,29 @@ class StreamUnhealthy(SluiceError):
 def first_line(exc: BaseException) -> str:
     """An exception's message in one line: Spark's and Java's carry their stack after it."""
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+#: How py4j wraps an exception raised in Python code that the JVM called (``foreachBatch``).
+_PYTHON_PROXY = "An exception was raised by the Python Proxy. Return Message: "
+#: How Spark wraps the error that ended a streaming query.
+_QUERY_ENDED = re.compile(r"^\[STREAM_FAILED\] Query \[[^\]]*\] terminated with exception: ")
+#: The exception line that ends a Python traceback: its (qualified) class, then its message.
+_RAISED = re.compile(r"^[A-Za-z_][\w.]*: (.+)$")
+
+
+def root_cause(text: str) -> str:
+    """The one line a person needs from a streaming query's error: the message of the
+    exception a batch raised, without the bridge's wrapper (py4j's traceback of the Python
+    side, Spark's query description and the JVM's stack)."""
+    text = text.strip()
+    if text.startswith(_PYTHON_PROXY):
+        # After the last traceback's indented frames comes the line naming what was raised.
+        last = text.rsplit("Traceback (most recent call last):", 1)[-1]
+        raised = next((line for line in last.splitlines()[1:] if line and not line[0].isspace()), "")
+        found = _RAISED.match(raised)
+        text = root_cause(found.group(1)) if found else raised or text.removeprefix(_PYTHON_PROXY)
+    line = (text.splitlines() or [""])[0]
+    return _QUERY_ENDED.sub("", line).strip()
 
 
 class BrokerUnreachable(SluiceError):

@@ -76,7 +76,7 @@ def control(spec_path: str, action: str) -> None:
             _log_started(restarted.started, target.master)
         else:
             done = stream.supervise(pipeline, target, by=by, **launch_options(pipeline, params))
-            log.info("%s: %s (observed: %s)", pipeline.name, done.status.verdict.reason, done.status.observation)
+            log.info("%s: %s", pipeline.name, done.status.verdict.reason)
             if done.started:
                 _log_started(done.started, target.master)
 

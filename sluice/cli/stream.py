@@ -98,6 +98,7 @@ def status(spec: SpecArg, as_json: JsonOut = False) -> None:
     table.add_row("last committed batch", "none" if st.committed.batch_id is None else str(st.committed.batch_id))
     if p.upstream is not None:
         table.add_row("reads", escape(f"the table of {p.upstream.name}"))
+        table.add_row(f"lag ({obs.lag_unit})", "unknown" if obs.lag is None else str(obs.lag))
     else:
         table.add_row("lag (records)", "unknown" if obs.lag is None else str(obs.lag))
     for label, value in last_batch_rows(st.status.last_progress if st.status else {}):

@@ -34,8 +34,8 @@ from sluice.ops.submit import ingest_submission
 from sluice.ops.target import SparkTarget
 from sluice.records import audit as audits
 from sluice.records import locks
-from sluice.records.checkpoint import Committed, read_committed
-from sluice.records.run import Desired, Driver, Status
+from sluice.records.checkpoint import Committed, read_committed, upstream_lag
+from sluice.records.run import Desired, Driver, Failures, Status
 from sluice.spec import Pipeline, duration_seconds
 from sluice.spec.model import normalize_duration
 from sluice.topics import end_offsets, kafka_reason, list_topics, total_partitions
@@ -199,12 +199,20 @@ def start(
     available_now: bool = False,
     processing_time: str | None = None,
     timeout: float = 180.0,
+    fresh: bool = True,
 ) -> Started:
-    """Launch the stream detached and wait until its query runs (or, run-once, has finished)."""
+    """Launch the stream detached and wait until its query runs (or, run-once, has finished).
+
+    A start a person asks for is ``fresh``: it forgets the failures in a row that made
+    supervision give up, so that a changed rule or fixed data gets its own tries.
+    Supervision's restarts are not.
+    """
     if driver_process(pipeline) is not None:
         raise AlreadyRunning(
             f"{pipeline.name} is already running; restart it to apply new settings (`sluice status {pipeline.name}`)"
         )
+    if fresh:
+        Failures.clear(pipeline.name)
     if processing_time is not None:
         try:
             processing_time = normalize_duration(processing_time)  # '1h' reaches Spark as '1 hour'
@@ -319,7 +327,7 @@ class StreamStatus:
 
     @property
     def healthy(self) -> bool:
-        return self.verdict.action != "unhealthy"
+        return self.verdict.healthy
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -342,10 +350,15 @@ def status(pipeline: Pipeline, offsets: EndOffsets = broker_end_offsets, now: fl
     proc = driver_process(pipeline)
     committed = read_committed(pipeline.checkpoint_path)
     lag, broker_error = None, None
-    try:
-        lag = committed.lag(offsets(pipeline))
-    except KafkaException as exc:
-        broker_error = f"Kafka at {pipeline.kafka.bootstrap_servers} did not answer: {kafka_reason(exc)}"
+    up = pipeline.upstream
+    if up is not None:  # it reads a table: its lag is what that table has that it has not read
+        lag = upstream_lag(pipeline.checkpoint_path, up.spec.sink.format, up.sink_path)
+    else:
+        try:
+            lag = committed.lag(offsets(pipeline))
+        except KafkaException as exc:
+            broker_error = f"Kafka at {pipeline.kafka.bootstrap_servers} did not answer: {kafka_reason(exc)}"
+    failures = Failures.read(pipeline.name)
     obs = Observation(
         desired=driver.desired if driver else ("running" if proc is not None else None),
         alive=proc is not None,
@@ -355,9 +368,27 @@ def status(pipeline: Pipeline, offsets: EndOffsets = broker_end_offsets, now: fl
         since_commit=None if committed.committed_at is None else now - committed.committed_at,
         since_start=None if proc is None else now - proc.create_time(),
         since_heartbeat=None if st is None or proc is None else now - st.updated_at,
+        **(
+            {
+                "lag_unit": "versions" if up.spec.sink.format == "delta" else "files",
+                "lag_source": f"the table of {up.name}",
+            }
+            if up is not None
+            else {}
+        ),
+        failures=failures.count if failures else 0,
+        failed_batch=failures.batch if failures else None,
+        since_failure=None if failures is None else now - failures.last_at,
     )
     s = pipeline.spec.supervision
-    verdict = assess(obs, max_stall=duration_seconds(s.max_stall), max_lag=s.max_lag)
+    verdict = assess(
+        obs,
+        max_stall=duration_seconds(s.max_stall),
+        max_lag=s.max_lag if up is None else None,  # records in Kafka; a table's lag is versions or files
+        max_failures=s.max_failures,
+        backoff=duration_seconds(s.backoff),
+        name=pipeline.name,
+    )
     rescued = audits.rescued(pipeline) if pipeline.spec.sink.format != "kafka" else None
     return StreamStatus(pipeline.name, obs, committed, verdict, driver, st, broker_error, rescued)
 
@@ -377,11 +408,13 @@ def supervise(
     processing_time: str | None = None,
     offsets: EndOffsets = broker_end_offsets,
 ) -> Supervised:
-    """One idempotent supervision pass: start or restart if needed, raise if unhealthy."""
+    """One idempotent supervision pass: start or restart if needed, raise if unhealthy or failed."""
     st = status(pipeline, offsets)
-    if st.verdict.action == "unhealthy":
+    if st.verdict.action in ("unhealthy", "failed"):
         raise StreamUnhealthy(f"{pipeline.name}: {st.verdict.reason}")
     if st.verdict.action in ("start", "restart"):
-        started = start(pipeline, target, by=by, available_now=available_now, processing_time=processing_time)
+        started = start(
+            pipeline, target, by=by, available_now=available_now, processing_time=processing_time, fresh=False
+        )
         return Supervised(st, started)
     return Supervised(st)

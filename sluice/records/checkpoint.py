@@ -12,6 +12,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sluice.records import parquet_log
+
 
 @dataclass(frozen=True)
 class Committed:
@@ -77,6 +79,10 @@ def pending_batch(offsets: list[str], commits: list[str]) -> int | None:
 
 #: Beside ``offsets/`` and ``commits/``: the split (see ``Pipeline.split``) of the last start.
 SPLIT_FILE = "sluice_split.json"
+#: Beside it: the newest batch that began writing to a table. A planned batch newer than
+#: it wrote nothing (it failed a ``fail`` rule, or declined after a stop request), so it
+#: may run under a changed split.
+WRITING_FILE = "sluice_writing"
 
 
 def split_changes(planned: dict[str, object], now: dict[str, object]) -> list[str]:
@@ -94,3 +100,59 @@ def read_committed(checkpoint: str) -> Committed:
         return Committed()
     offsets = parse_offsets((root / "offsets" / str(last)).read_text(encoding="utf-8"))
     return Committed(last, offsets, (root / "commits" / str(last)).stat().st_mtime)
+
+
+def _committed_offset(root: Path) -> dict[str, object] | None:
+    """The table source's offset at the end of the last committed batch (the third line of its ``offsets/<n>``)."""
+    last = last_batch([p.name for p in (root / "commits").iterdir()] if (root / "commits").is_dir() else [])
+    if last is None:
+        return None
+    lines = (root / "offsets" / str(last)).read_text(encoding="utf-8").splitlines()[2:]
+    return json.loads(lines[0]) if lines and lines[0].startswith("{") else None
+
+
+def _changes_data(commit: Path) -> bool:
+    """Does a Delta commit add or remove data? (OPTIMIZE's and metadata commits do not, and
+    the Delta source skips them without a batch.) A commit no longer there counts as data."""
+    try:
+        text = commit.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return True
+    for line in text.splitlines():
+        action = json.loads(line)
+        for kind in ("add", "remove", "cdc"):
+            if kind in action and action[kind].get("dataChange", True):
+                return True
+    return False
+
+
+def upstream_lag(checkpoint: str, fmt: str, table: str) -> int | None:
+    """How far a derived pipeline's checkpoint is behind the table it reads: Delta versions
+    that change data and that no committed batch has read, or for a Parquet table, files its
+    log lists that the file source has not seen yet. None when either is not on local disk.
+
+    The Delta source's offset (``reservoirVersion``, ``index``) points into the version it
+    reads next; ``index`` -1 means none of that version's files is read yet.
+    """
+    root, upstream = local_dir(checkpoint), local_dir(table)
+    if root is None or upstream is None:
+        return None
+    if fmt == "delta":
+        log = upstream / "_delta_log"
+        newest = max((int(p.stem) for p in log.glob("*.json") if p.stem.isdigit()), default=None)
+        if newest is None:
+            return 0
+        offset = _committed_offset(root)
+        if offset is None:
+            first = 0
+        else:
+            version, index = int(offset["reservoirVersion"]), int(offset.get("index", -1))  # type: ignore[call-overload]
+            first = version if index == -1 else version + 1
+        return sum(1 for v in range(first, newest + 1) if _changes_data(log / f"{v:020d}.json"))
+    seen: set[str] = set()
+    sources = root / "sources" / "0"
+    for entry in sources.iterdir() if sources.is_dir() else []:
+        for line in entry.read_text(encoding="utf-8").splitlines()[1:]:
+            if line.startswith("{"):
+                seen.add(str(parquet_log.local_path(json.loads(line)["path"])))
+    return sum(1 for e in parquet_log.committed_files(upstream) if str(parquet_log.local_path(e.path)) not in seen)

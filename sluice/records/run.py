@@ -1,14 +1,17 @@
-"""A stream's two run files, in ``$SLUICE_HOME/run/<pipeline>/`` on the driver's machine.
+"""A stream's run files, in ``$SLUICE_HOME/run/<pipeline>/`` on the driver's machine.
 
 ``driver.json`` (:class:`Driver`) is written by whoever launches the stream: how it was
 started, by whom, and what the user wants of it now. ``status.json`` (:class:`Status`) is
 written by the job every second while it runs: its state, Spark ids and last progress.
+``failures.json`` (:class:`Failures`) is the job's memory of how often in a row it failed
+on the same batch, which supervision reads to stop restarting a stream that cannot pass it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, Self
@@ -90,3 +93,40 @@ class Status:
 
     def save(self, name: str = "status.json") -> None:
         write_json(run_dir(self.pipeline) / name, asdict(self))
+
+
+@dataclass
+class Failures:
+    """How many runs in a row failed on the same batch (``failures.json``), and why.
+
+    Written by the job as it fails; cleared by a start a person asked for, so that a
+    changed rule or fixed data gets its own attempts.
+    """
+
+    pipeline: str
+    batch: int  # the batch a restart runs next: the one that failed
+    count: int
+    cause: str  # the root cause's one line
+    first_at: float
+    last_at: float
+
+    @classmethod
+    def read(cls, pipeline: str) -> Self | None:
+        data = read_json(run_dir(pipeline) / "failures.json")
+        return cls(**known_fields(cls, data)) if data else None
+
+    @classmethod
+    def record(cls, pipeline: str, batch: int, cause: str, now: float | None = None) -> Self:
+        """Count one more failure: the next in a row on ``batch``, or the first on a new one."""
+        now = time.time() if now is None else now
+        last = cls.read(pipeline)
+        if last is not None and last.batch == batch:
+            failures = cls(pipeline, batch, last.count + 1, cause, last.first_at, now)
+        else:
+            failures = cls(pipeline, batch, 1, cause, now, now)
+        write_json(run_dir(pipeline) / "failures.json", asdict(failures))
+        return failures
+
+    @staticmethod
+    def clear(pipeline: str) -> None:
+        (run_dir(pipeline) / "failures.json").unlink(missing_ok=True)

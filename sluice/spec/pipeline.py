@@ -277,6 +277,10 @@ class Supervision(StrictModel):
     max_stall: Duration = "10 minutes"
     #: Fail when more records than this wait in Kafka (end offsets minus committed offsets).
     max_lag: PositiveInt | None = None
+    #: Stop restarting a stream that failed this many times in a row on the same batch.
+    max_failures: PositiveInt = 3
+    #: Wait this long before restarting a stream that failed, doubled after each failure in a row.
+    backoff: Duration = "30 seconds"
 
 
 class Maintenance(StrictModel):

@@ -17,6 +17,7 @@ import yaml
 
 from sluice.dev.generate import Record
 from sluice.dev.produce import send
+from sluice.records.checkpoint import upstream_lag
 from sluice.spec import load_pipeline
 from tests import eventtime_model as model
 from tests.derived_tables import (
@@ -120,14 +121,24 @@ def world(broker: Any, spark: Any, tmp_path_factory: pytest.TempPathFactory) -> 
         aggregate={"pushes": "count(*)", "commits": "sum(payload_size)"},
     )
     rounds = model.schedule(SEED)
+    lags = []  # supervision's lag of the pushes pipeline: before it reads a round, and after
     for events in rounds:
         records = [Record(json.dumps(e.json()).encode(), "good", None) for e in events]
         records += [Record(value, "bad", None) for value in BAD_RECORDS]
         assert send(broker.bootstrap, topic, records).sent == len(records)
         run_available_now(spark, raw)
+        windows = pipelines["pushes"]
+        behind = upstream_lag(windows.checkpoint_path, "delta", raw.sink_path)
         for p in pipelines.values():
             run_available_now(spark, p)
-    return {"raw": raw, "rounds": rounds, **pipelines}
+        lags.append((behind, upstream_lag(windows.checkpoint_path, "delta", raw.sink_path)))
+    return {"raw": raw, "rounds": rounds, "lags": lags, **pipelines}
+
+
+def test_a_derived_pipeline_lags_by_the_upstream_versions_it_has_not_read(world: dict[str, Any]) -> None:
+    # Each round the upstream commits one batch (one version with data) before the pushes
+    # pipeline reads it: supervision sees it behind by exactly that, and caught up after.
+    assert world["lags"] == [(1, 0)] * len(world["rounds"])
 
 
 def test_windows_are_exact_and_late_rows_quarantined(world: dict[str, Any]) -> None:

@@ -15,9 +15,11 @@ import pytest
 
 from jobs.ingest import run
 from jobs.sinks import read_table
+from jobs.status import StatusReporter
 from sluice.dev.generate import EventGenerator, Record
 from sluice.dev.produce import send, synthetic
-from tests.fixtures import audit_totals, make_pipeline, new_topic
+from sluice.records.run import Failures, Status
+from tests.fixtures import audit_totals, make_pipeline, new_topic, read_without_spark
 
 pytestmark = pytest.mark.integration
 
@@ -104,23 +106,44 @@ def test_each_rule_kind_and_action_on_planted_violations(spark, broker, tmp_path
         assert counted[name] == {"checked": len(parsed), "failed": sum(1 for _, b in parsed if name in b)}, name
 
 
-def test_a_fail_rule_stops_the_query_with_the_rule_the_batch_and_an_example(spark, broker, tmp_path: Path) -> None:
+def test_a_fail_rule_stops_the_query_until_the_rule_changes_then_the_batch_runs_under_it(
+    spark, broker, tmp_path: Path
+) -> None:
     topic = new_topic(broker, partitions=1)
-    pipeline = make_pipeline(
-        tmp_path,
-        topic,
-        expectations={"rows": {"battery_max": {"column": "battery", "in_range": {"max": 100}, "action": "fail"}}},
-    )
+    rule = {"column": "battery", "in_range": {"max": 100}}
+    pipeline = make_pipeline(tmp_path, topic, expectations={"rows": {"battery_max": rule | {"action": "fail"}}})
     gen = EventGenerator(pipeline, seed=9)
     bad = gen.good() | {"battery": 180}
     records = [*synthetic(gen, 40), Record(json.dumps(bad).encode(), "good", None, bad), *synthetic(gen, 9)]
     send(broker.bootstrap, topic, records)
 
-    for attempt in range(2):  # a restart meets the same batch and stops again
-        error = run(spark, pipeline, available_now=True)
+    reporter = StatusReporter(spark, pipeline.name)
+    for attempt in (1, 2):  # a restart meets the same batch and stops again
+        error = run(spark, pipeline, available_now=True, reporter=reporter)
         assert error is not None, attempt
-        message = str(error)
-        assert "expectation 'battery_max' (battery <= 100.0) failed for 1 of 50 records in batch 0" in message
-        assert f"{topic}[0] offset 40" in message and '"battery": 180' in message
+        # What status, the CLI and the task log show: the cause's one line, not py4j's traceback.
+        status, failures = Status.read(pipeline.name), Failures.read(pipeline.name)
+        assert status is not None and status.state == "failed" and status.error is not None
+        assert status.error.startswith(f"{pipeline.name}: expectation 'battery_max' (battery <= 100.0) failed ")
+        assert "\n" not in status.error and "Traceback" not in status.error and "Python Proxy" not in status.error
+        assert "for 1 of 50 records in batch 0" in status.error and f"{topic}[0] offset 40" in status.error
+        assert '"battery": 180' in status.error and "set the rule's action to drop" in status.error
+        assert failures is not None and (failures.batch, failures.count, failures.cause) == (0, attempt, status.error)
     assert not Path(pipeline.audit_path).exists() or not any(Path(pipeline.audit_path).iterdir())
     assert not (Path(pipeline.sink_path) / "_delta_log").exists()
+
+    # The way out the message names: the rule drops instead. Batch 0 was planned under the
+    # failing rule but wrote nothing, so it runs under the new one.
+    dropping = make_pipeline(
+        tmp_path,
+        topic,
+        name=pipeline.name,
+        checkpoint=pipeline.checkpoint_path,
+        expectations={"rows": {"battery_max": rule | {"action": "drop"}}},
+    )
+    assert run(spark, dropping, available_now=True) is None
+    out = read_without_spark("delta", dropping.sink_path, ["_kafka_offset"]).to_pylist()
+    quarantined = read_without_spark("delta", dropping.quarantine_path, ["_kafka_offset", "reason"]).to_pylist()
+    assert sorted(r["_kafka_offset"] for r in out) == [o for o in range(50) if o != 40]
+    assert quarantined == [{"_kafka_offset": 40, "reason": "expectation failed: battery_max"}]
+    assert audit_totals(dropping) == {"records_in": 50, "records_out": 49, "records_quarantined": 1}

@@ -43,6 +43,14 @@ if mode == "once":
 if mode == "ignore-term":
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 report("running")
+if mode == "crash":  # runs, then fails on the same batch every time, as a fail rule makes it
+    from sluice.records.run import Failures
+
+    time.sleep(0.3)
+    cause = "expectation 'card_id_format' failed for 1 of 1 records in batch 2"
+    Failures.record(sys.argv[2], 2, cause)
+    report("failed", cause)
+    sys.exit(1)
 while not stopping:
     if mode != "hang":
         report("running")

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
-from sluice.records.checkpoint import pending_batch, split_changes
+import json
+from pathlib import Path
+
+from sluice.records.checkpoint import pending_batch, split_changes, upstream_lag
 from sluice.spec import load_pipeline
 from tests.unit.test_spec import GOOD, write
 
@@ -38,3 +41,34 @@ def test_rescue_and_coerce_decide_a_records_table_too(tmp_path) -> None:
     assert split_changes(base, load_pipeline(write(tmp_path, quarantine)).split) == []
     coerce = GOOD + "coerce: {signal: {allow_non_finite: true}}\n"
     assert split_changes(base, load_pipeline(write(tmp_path, coerce)).split) == ["coerce"]
+
+
+def delta_commit(log: Path, version: int, *actions: dict[str, object]) -> None:
+    log.mkdir(parents=True, exist_ok=True)
+    (log / f"{version:020d}.json").write_text("\n".join(json.dumps(a) for a in actions))
+
+
+def committed_offset(checkpoint: Path, batch: int, offset: dict[str, object]) -> None:
+    for folder in ("offsets", "commits"):
+        (checkpoint / folder).mkdir(parents=True, exist_ok=True)
+    (checkpoint / "offsets" / str(batch)).write_text(f'v1\n{{"batchWatermarkMs":0}}\n{json.dumps(offset)}\n')
+    (checkpoint / "commits" / str(batch)).write_text('v1\n{"nextBatchWatermarkMs":0}\n')
+
+
+def test_a_derived_pipeline_lags_by_the_upstream_versions_that_change_data(tmp_path: Path) -> None:
+    table, cp = tmp_path / "up", tmp_path / "cp"
+    log = table / "_delta_log"
+    delta_commit(log, 0, {"metaData": {}}, {"add": {"path": "a", "dataChange": True}})
+    assert upstream_lag(str(cp), "delta", str(table)) == 1  # nothing read yet
+    committed_offset(cp, 0, {"sourceVersion": 1, "reservoirVersion": 1, "index": -1, "isStartingVersion": False})
+    assert upstream_lag(str(cp), "delta", str(table)) == 0
+    # OPTIMIZE rewrites files without changing data: the Delta source makes no batch of it.
+    delta_commit(log, 1, {"remove": {"path": "a", "dataChange": False}}, {"add": {"path": "b", "dataChange": False}})
+    assert upstream_lag(str(cp), "delta", str(table)) == 0
+    delta_commit(log, 2, {"add": {"path": "c", "dataChange": True}})
+    delta_commit(log, 3, {"remove": {"path": "c", "dataChange": True}})  # a DELETE
+    assert upstream_lag(str(cp), "delta", str(table)) == 2
+    # Part of version 2 read (a file index): the rest of it is not counted as waiting.
+    committed_offset(cp, 1, {"sourceVersion": 1, "reservoirVersion": 2, "index": 0, "isStartingVersion": False})
+    assert upstream_lag(str(cp), "delta", str(table)) == 1
+    assert upstream_lag("s3a://bucket/cp", "delta", str(table)) is None

@@ -50,6 +50,30 @@ def test_assess(obs: Observation, action: str, words: str) -> None:
     assert words in v.reason
 
 
+@pytest.mark.parametrize(
+    ("failures", "since", "action"),
+    [(1, 5.0, "wait"), (1, 10.0, "restart"), (2, 15.0, "wait"), (2, 20.0, "restart"), (3, 1e6, "failed")],
+)
+def test_a_failed_stream_is_restarted_after_a_doubling_back_off_then_given_up_on(
+    failures: int, since: float, action: str
+) -> None:
+    obs = Observation(
+        desired="running",
+        alive=False,
+        state="failed",
+        error="expectation 'x' failed",
+        failures=failures,
+        failed_batch=7,
+        since_failure=since,
+    )
+    v = assess(obs, max_stall=STALL, max_lag=None, max_failures=3, backoff=10.0, name="pay")
+    assert v.action == action and not v.healthy  # failing is never green, restarting or not
+    assert "batch 7" in v.reason and "expectation 'x' failed" in v.reason
+    # What a failure does not change: a stream stopped on purpose stays stopped.
+    stopped = Observation(desired="stopped", alive=False, state="failed", error="x", failures=failures)
+    assert assess(stopped, max_stall=STALL, max_lag=None).action == "none"
+
+
 def test_a_just_restarted_stream_is_not_blamed_for_the_time_it_was_down() -> None:
     obs = Observation(desired="running", alive=True, since_heartbeat=1, lag=500, since_commit=86_400, since_start=30)
     assert assess(obs, max_stall=STALL, max_lag=None).action == "none"

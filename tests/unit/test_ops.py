@@ -4,6 +4,7 @@ way a real driver is (see fake_target.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -19,7 +20,7 @@ from sluice.errors import AlreadyRunning, InvalidInput, JobFailed, NothingToDo, 
 from sluice.ops import backfill, publish, stream, validate
 from sluice.records.audit import BatchAudit, file_name
 from sluice.records.backfill import BackfillPlan
-from sluice.records.run import Driver, Status
+from sluice.records.run import Driver, Failures, Status
 from sluice.spec import Pipeline
 from tests.fixtures import make_pipeline
 from tests.unit.fake_target import FakeTarget
@@ -120,6 +121,51 @@ def test_supervise_fails_loudly_on_a_stalled_or_lagging_stream(home: Path, pipel
     stream.start(lagging, FakeTarget(home), by="test")
     with pytest.raises(StreamUnhealthy, match="lagging: 500 records"):
         stream.supervise(lagging, FakeTarget(home), by="scheduler", offsets=lambda p: {"lagging": {0: 500}})
+
+
+def wait_dead(pid: int) -> None:
+    with contextlib.suppress(psutil.NoSuchProcess):
+        psutil.Process(pid).wait(timeout=10)
+
+
+def test_a_crash_loop_backs_off_then_stops_restarting_and_is_unhealthy_until_a_person_starts_it(
+    home: Path,
+) -> None:
+    pipeline = make_pipeline(home, "looping", supervision={"max_failures": 3, "backoff": "1 second"})
+    target = FakeTarget(home, mode="crash")
+    first = stream.supervise(pipeline, target, by="scheduler", offsets=no_lag)
+    assert first.started is not None
+    wait_dead(first.started.driver.pid)
+
+    st = stream.status(pipeline, no_lag)  # failed once: it waits out its back-off, unhealthy meanwhile
+    assert st.verdict.action == "wait" and not st.healthy
+    assert "failed on batch 2 (1 of 3 tries): expectation 'card_id_format' failed" in st.verdict.reason
+    assert stream.supervise(pipeline, target, by="scheduler", offsets=no_lag).started is None
+    assert len(target.launched) == 1
+
+    for tries in (2, 3):  # 1 s, then 2 s: the back-off doubles
+        time.sleep(2 ** (tries - 2) + 0.1)
+        again = stream.supervise(pipeline, target, by="scheduler", offsets=no_lag)
+        assert again.status.verdict.action == "restart" and again.started is not None
+        wait_dead(again.started.driver.pid)
+        failures = Failures.read(pipeline.name)
+        assert failures is not None and (failures.batch, failures.count) == (2, tries)
+
+    with pytest.raises(StreamUnhealthy) as gave_up:  # the Airflow task fails: alerting fires
+        stream.supervise(pipeline, target, by="scheduler", offsets=no_lag)
+    assert str(gave_up.value) == (
+        "p_looping: failed 3 times in a row on batch 2, so it is not restarted again: expectation "
+        "'card_id_format' failed for 1 of 1 records in batch 2. Once the cause is dealt with, start it "
+        "again (`sluice start p_looping`, or action=start)"
+    )
+    assert not gave_up.value.transient and len(target.launched) == 3
+    failed = stream.status(pipeline, no_lag)
+    assert failed.verdict.action == "failed" and not failed.healthy and not failed.as_dict()["healthy"]
+
+    # A start a person asks for gets its own tries.
+    stream.start(pipeline, FakeTarget(home), by="test")
+    assert Failures.read(pipeline.name) is None and stream.status(pipeline, no_lag).healthy
+    stream.stop(pipeline, by="test", timeout=5)
 
 
 def test_restart_stops_then_starts_from_the_checkpoint(home: Path, pipeline: Pipeline) -> None:
