@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import re
 import threading
 import time
 from typing import Any
@@ -73,6 +74,39 @@ class IncompatibleState(RuntimeError):
     """The spec changed what the checkpoint's state is made of."""
 
 
+class UpstreamChanged(RuntimeError):
+    """The upstream table deleted or rewrote rows this pipeline has read (``on_upstream_change: fail``)."""
+
+
+_CHANGED = re.compile(r"DELTA_SOURCE_TABLE_IGNORE_CHANGES\].*? at version (\d+)", re.S)
+
+
+def upstream_changed(pipeline: Pipeline, error: BaseException) -> UpstreamChanged | None:
+    """The query's error, said in the spec's words, when the upstream changed rows."""
+    found = _CHANGED.search(str(error))
+    if found is None or pipeline.upstream is None:
+        return None
+    name, up, version = pipeline.name, pipeline.upstream.name, found.group(1)
+    return UpstreamChanged(
+        " ".join(
+            [
+                f"{name}: the table of {up} deleted or rewrote rows at version {version} (a DELETE, UPDATE or",
+                f"MERGE), and {name} has counted rows of that table already. Recompute it from {up}'s table as",
+                f"it is now with `sluice rebuild {name}`, or set source.on_upstream_change: skip to ignore such",
+                "commits (what they delete stays counted, what they rewrite is not read)",
+            ]
+        )
+    )
+
+
+def rebuild(spark: SparkSession, pipeline: Pipeline) -> None:
+    """Forget what this derived pipeline computed (its checkpoint, table and quarantine) so
+    that it starts again from the upstream table as it is now. Called under its claims."""
+    for path in (pipeline.checkpoint_path, pipeline.sink_path, pipeline.quarantine_path):
+        log.warning("%s: rebuilding: deleting %s", pipeline.name, path)
+        hadoopfs.delete(spark, path)
+
+
 # --- the query -------------------------------------------------------------------------------
 
 
@@ -90,6 +124,8 @@ def read_upstream(spark: SparkSession, pipeline: Pipeline) -> DataFrame:
     source = pipeline.spec.source
     options = {"maxFilesPerTrigger": str(source.max_files_per_trigger)} if source.max_files_per_trigger else {}  # type: ignore[union-attr]
     if fmt == "delta":
+        if source.on_upstream_change == "skip":  # type: ignore[union-attr]
+            options["skipChangeCommits"] = "true"
         return spark.readStream.format("delta").options(**options).load(path)
     schema = spark.read.option("mergeSchema", "true").parquet(path).schema  # the table's own, through its log
     return spark.readStream.schema(schema).options(**options).parquet(path)

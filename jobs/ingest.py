@@ -368,6 +368,8 @@ def _run(
             events.wait_for(int(query.lastProgress["batchId"]))
         log.info("%s: run summary %s", pipeline.name, json.dumps(run_summary(query.recentProgress)))
         error: Exception | None = query.exception()
+        if error is not None and pipeline.derived:
+            error = derive.upstream_changed(pipeline, error) or error
         if error is not None and STOP_MARKER in str(error):
             log.info("stopping %s after its last committed batch", query.name)
             error = None
@@ -387,6 +389,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--available-now", action="store_true", help="process what is in Kafka now, then stop")
     parser.add_argument("--processing-time", help="micro-batch interval instead of the spec's, e.g. '30 seconds'")
     parser.add_argument("--backfill", help="a backfill plan as JSON (see sluice.records.backfill.BackfillPlan)")
+    parser.add_argument(
+        "--rebuild", action="store_true", help="a derived pipeline: delete its checkpoint and tables first"
+    )
     args = parser.parse_args(argv)
     configure_logging()
 
@@ -408,15 +413,26 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     try:
         with locks.claim(pipeline.name, locks.claims_for(pipeline, backfill.id if backfill else None)):
-            return drive(pipeline, backfill, args.available_now, args.processing_time)
+            return drive(pipeline, backfill, args.available_now, args.processing_time, args.rebuild)
     except locks.Claimed as exc:
         log.error("%s", exc)
         return 4
 
 
-def drive(pipeline: Pipeline, backfill: BackfillPlan | None, available_now: bool, processing_time: str | None) -> int:
+def drive(
+    pipeline: Pipeline,
+    backfill: BackfillPlan | None,
+    available_now: bool,
+    processing_time: str | None,
+    rebuild: bool = False,
+) -> int:
     """Run the stream (or backfill) until it ends or SIGTERM/Ctrl-C stops it; the exit code."""
     spark = SparkSession.builder.appName(f"sluice-{pipeline.name}").getOrCreate()
+    if rebuild:
+        if not pipeline.derived or pipeline.upstream is None or backfill is not None:
+            log.error("%s: only a pipeline that reads another pipeline's table is rebuilt", pipeline.name)
+            return 2
+        derive.rebuild(spark, pipeline)
     reporter = StatusReporter(spark, pipeline.name) if backfill is None else None
     if reporter is not None:
         reporter.report("starting")

@@ -69,6 +69,7 @@ for command in (
     stream.start,
     stream.stop,
     stream.restart,
+    stream.rebuild,
     stream.supervise,
     stream.status,
     stream.backfill,

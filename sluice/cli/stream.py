@@ -73,6 +73,18 @@ def restart(
     say(done.started.summary())
 
 
+def rebuild(
+    spec: SpecArg,
+    available_now: Annotated[bool, typer.Option("--available-now", help="Process what is there, then end.")] = False,
+    master: Master = None,
+) -> None:
+    """Recompute a derived pipeline from its upstream table as it is now (after rows were deleted there)."""
+    done = stream.rebuild(load(spec), LocalTarget(master), by="sluice rebuild", available_now=available_now)
+    if done.stopped:
+        say(done.stopped)
+    say(done.started.summary())
+
+
 def supervise(spec: SpecArg, master: Master = None) -> None:
     """One supervision pass, as the scheduled DAG run does: start or restart if needed, fail if unhealthy."""
     done = stream.supervise(load(spec), LocalTarget(master), by="sluice supervise")

@@ -200,6 +200,7 @@ def start(
     processing_time: str | None = None,
     timeout: float = 180.0,
     fresh: bool = True,
+    rebuild: bool = False,
 ) -> Started:
     """Launch the stream detached and wait until its query runs (or, run-once, has finished).
 
@@ -227,6 +228,7 @@ def start(
         pipeline_name=pipeline.name,
         available_now=once,
         processing_time=None if continuous else processing_time,
+        rebuild=rebuild,
     )
     command, env = target.launch_command(sub)
     driver = launch(pipeline, command, env, launched_by=by, desired="once" if once else "running")
@@ -293,6 +295,18 @@ def restart(
     return Restarted(
         stopped, start(pipeline, target, by=by, available_now=available_now, processing_time=processing_time)
     )
+
+
+def rebuild(pipeline: Pipeline, target: SparkTarget, *, by: str, available_now: bool = False) -> Restarted:
+    """Recompute a derived pipeline from its upstream table as it is now: stop it, then start
+    it with its checkpoint, table and quarantine deleted (by the job, under its claims)."""
+    if pipeline.upstream is None:
+        raise InvalidInput(
+            f"{pipeline.name} reads Kafka, not a table: only a pipeline derived from another pipeline's table "
+            "is rebuilt (Kafka may no longer hold what its table has)"
+        )
+    stopped = stop(pipeline, by=by) if driver_process(pipeline) is not None else None
+    return Restarted(stopped, start(pipeline, target, by=by, available_now=available_now, rebuild=True))
 
 
 #: Offsets of the pipeline's topics, by topic and partition (the broker's, or a test's).

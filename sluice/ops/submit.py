@@ -142,9 +142,12 @@ def ingest_submission(
     backfill: BackfillPlan | None = None,
     master: str | None = None,
     conf: dict[str, str] | None = None,
+    rebuild: bool = False,
 ) -> Submission:
     """The ingest job for one spec, or for a backfill plan of it."""
     args = ["--spec", str(spec_path)]
+    if rebuild:
+        args.append("--rebuild")
     if available_now:
         args.append("--available-now")
     if processing_time:

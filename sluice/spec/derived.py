@@ -76,6 +76,12 @@ class TableSource(StrictModel):
     table: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,62}$")]
     #: Cap on files per micro-batch (Delta's maxFilesPerTrigger, the file source's too).
     max_files_per_trigger: Annotated[int, Field(gt=0)] | None = None
+    #: What a commit upstream that deletes or rewrites rows (DELETE, UPDATE, MERGE; an
+    #: upstream in ``output_mode: update`` MERGEs every batch) means here. ``fail``: the
+    #: stream stops and says so; ``sluice rebuild`` recomputes this table from the upstream
+    #: as it is now. ``skip``: such commits are ignored whole (Delta's skipChangeCommits):
+    #: rows they delete stay counted here, and rows they add or rewrite are not read.
+    on_upstream_change: Literal["fail", "skip"] = "fail"
 
 
 class Deduplicate(StrictModel):

@@ -185,6 +185,14 @@ def _derived(spec: PipelineSpec, spec_path: Path, source: TableSource, seen: tup
         )
     if upstream.spec.mode == "continuous":
         raise SpecError(spec_path, "source.table", f"{source.table} is a continuous branch; it writes no table")
+    if upstream.derived and upstream.spec.output_mode == "update" and source.on_upstream_change != "skip":
+        raise SpecError(
+            spec_path,
+            "source.on_upstream_change",
+            f"{source.table} writes in output_mode update: each batch rewrites rows of its table, which a "
+            f"stream cannot follow. Derive from {source.table}'s own source instead, or set "
+            "on_upstream_change: skip to read only the commits that add rows",
+        )
     pipeline = Pipeline(spec, spec_path, upstream.schema_file, upstream.schema, upstream=upstream)
     _check_derivation(pipeline, f"the upstream pipeline {source.table}")
     return pipeline

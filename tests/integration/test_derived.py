@@ -9,12 +9,18 @@ with delta-rs and compared with :mod:`tests.eventtime_model`, computed from the 
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from deltalake import DeltaTable
 
+from jobs.derive import UpstreamChanged, rebuild
+from jobs.ingest import run
 from sluice.dev.generate import Record
 from sluice.dev.produce import send
 from sluice.records.checkpoint import upstream_lag
@@ -243,3 +249,78 @@ def test_reading_kafka_directly_quarantines_bad_records_and_late_rows(world: dic
     assert sum(b.records_in for b in batches) == sum(len(r) for r in rounds) + len(rejected)
     assert sum(b.records_quarantined for b in batches) == len(rejected)
     assert sum(b.records_late for b in batches) == len(outcome.late)
+
+
+def test_rows_deleted_upstream_while_derived_streams_run(spark: Any, broker: Any, tmp_path: Path) -> None:
+    # A privacy request deletes one user's rows from the upstream table while two derived
+    # streams read it: the default one stops and says how to go on; the one whose spec
+    # says skip goes on, keeping the deleted rows; the rebuild recomputes from what is left.
+    topic = new_topic(broker)
+    raw = make_pipeline(
+        tmp_path,
+        topic,
+        schema="github_event/v1.json",
+        name="ch_raw",
+        event_time={"field": "created_at", "format": "iso8601"},
+    )
+    common: dict[str, Any] = {"filter": "type = 'PushEvent'", "trigger": {"processing_time": "500 milliseconds"}}
+    strict = load_pipeline(derived_spec(tmp_path, "ch_strict", "ch_raw", **common))
+    skipping = load_pipeline(
+        derived_spec(tmp_path, "ch_skip", "ch_raw", **common, source={"table": "ch_raw", "on_upstream_change": "skip"})
+    )
+    first, second = model.schedule(SEED)[:2]
+
+    def ids(table: str, pushes_only: bool = False) -> list[str]:
+        rows = read_without_spark("delta", table, ["id", "type", "actor_login"]).to_pylist()
+        return sorted(r["id"] for r in rows if r["type"] == "PushEvent" or not pushes_only)
+
+    def wait_for(p: Any, expected: list[str], thread: threading.Thread) -> None:
+        deadline = time.monotonic() + 180
+        while ids(p.sink_path) != expected:
+            assert thread.is_alive() and time.monotonic() < deadline, (p.name, ids(p.sink_path), expected)
+            time.sleep(0.5)
+
+    send(broker.bootstrap, topic, [Record(json.dumps(e.json()).encode(), "good", None) for e in first])
+    run_available_now(spark, raw)
+    stops = {p.name: threading.Event() for p in (strict, skipping)}
+    errors: dict[str, Exception | None] = {}
+    threads = {
+        p.name: threading.Thread(target=lambda p=p: errors.update({p.name: run(spark, p, stop=stops[p.name])}))
+        for p in (strict, skipping)
+    }
+    for thread in threads.values():
+        thread.start()
+    try:
+        before = ids(raw.sink_path, pushes_only=True)
+        for p in (strict, skipping):
+            wait_for(p, before, threads[p.name])
+
+        rows = read_without_spark("delta", raw.sink_path, ["type", "actor_login"]).to_pylist()
+        gone = Counter(r["actor_login"] for r in rows if r["type"] == "PushEvent").most_common(1)[0][0]
+        DeltaTable(raw.sink_path).delete(f"actor_login = '{gone}'")  # with delta-rs, as a user would
+        kept = ids(raw.sink_path, pushes_only=True)
+        assert len(kept) < len(before)
+        send(broker.bootstrap, topic, [Record(json.dumps(e.json()).encode(), "good", None) for e in second])
+        run_available_now(spark, raw)
+        after = ids(raw.sink_path, pushes_only=True)
+        added = Counter(after) - Counter(kept)
+
+        threads["ch_strict"].join(timeout=180)
+        assert not threads["ch_strict"].is_alive()
+        error = errors["ch_strict"]
+        assert isinstance(error, UpstreamChanged), error
+        assert str(error).startswith("ch_strict: the table of ch_raw deleted or rewrote rows at version ")
+        assert "`sluice rebuild ch_strict`" in str(error) and "on_upstream_change: skip" in str(error)
+
+        # Skipping: the DELETE is ignored (the rows stay counted here) and new rows are read.
+        wait_for(skipping, sorted((Counter(before) + added).elements()), threads["ch_skip"])
+    finally:
+        for stop in stops.values():
+            stop.set()
+        for thread in threads.values():
+            thread.join(timeout=180)
+    assert errors["ch_skip"] is None
+
+    rebuild(spark, strict)
+    run_available_now(spark, strict)
+    assert ids(strict.sink_path) == after

@@ -192,6 +192,26 @@ def test_parquet_upstream_and_chain(folder: Path) -> None:
     assert e.upstream is not None and e.upstream.upstream is not None
 
 
+def test_deriving_from_an_update_mode_table_needs_skip(folder: Path) -> None:
+    derived(folder, window=WINDOW, group_by=["repo_name"], aggregate=COUNT, output_mode="update")
+    chain: dict[str, Any] = {
+        "name": "e",
+        "source": {"table": "d"},
+        "watermark": "1 hour",
+        "window": {"size": "1 hour", "time": "window_end"},
+        "aggregate": {"windows": "count(*)"},
+        "sink": {"path": "tables/e"},
+        "checkpoint": "cp/e",
+    }
+    (folder / "e.yaml").write_text(yaml.safe_dump(chain))
+    said = refused(folder / "e.yaml")
+    assert "source.on_upstream_change" in said and "d writes in output_mode update" in said
+    chain["source"] = {"table": "d", "on_upstream_change": "skip"}
+    (folder / "e.yaml").write_text(yaml.safe_dump(chain))
+    e = load_pipeline(folder / "e.yaml")
+    assert e.spec.source.on_upstream_change == "skip"  # type: ignore[union-attr]
+
+
 def test_offset_log_watermark() -> None:
     text = 'v1\n{"batchWatermarkMs":1626862500000,"batchTimestampMs":1,"conf":{}}\n{"sourceVersion":1,"reservoirVersion":3}'
     assert batch_watermark_ms(text) == 1626862500000

@@ -21,7 +21,8 @@ from sluice.ops import backfill, publish, stream, validate
 from sluice.records.audit import BatchAudit, file_name
 from sluice.records.backfill import BackfillPlan
 from sluice.records.run import Driver, Failures, Status
-from sluice.spec import Pipeline
+from sluice.spec import Pipeline, load_pipeline
+from tests.derived_tables import derived_spec
 from tests.fixtures import make_pipeline
 from tests.unit.fake_target import FakeTarget
 
@@ -166,6 +167,18 @@ def test_a_crash_loop_backs_off_then_stops_restarting_and_is_unhealthy_until_a_p
     stream.start(pipeline, FakeTarget(home), by="test")
     assert Failures.read(pipeline.name) is None and stream.status(pipeline, no_lag).healthy
     stream.stop(pipeline, by="test", timeout=5)
+
+
+def test_only_a_pipeline_derived_from_a_table_is_rebuilt(home: Path, pipeline: Pipeline) -> None:
+    with pytest.raises(InvalidInput, match="reads Kafka, not a table"):
+        stream.rebuild(pipeline, FakeTarget(home), by="test")
+    derived = load_pipeline(derived_spec(home, "counts", pipeline.name, filter="device_type = 'x'"))
+    target = FakeTarget(home)
+    stream.start(derived, target, by="test")
+    done = stream.rebuild(derived, target, by="test")  # stops it first: the job deletes under its claims
+    assert done.stopped is not None and "gracefully" in done.stopped
+    assert "--rebuild" in target.launched[1].application_args and "--rebuild" not in target.launched[0].application_args
+    stream.stop(derived, by="test", timeout=5)
 
 
 def test_restart_stops_then_starts_from_the_checkpoint(home: Path, pipeline: Pipeline) -> None:
