@@ -80,6 +80,11 @@ $(JARS)/metastore/.installed: pom.xml | $(SLUICE_HOME)/.tools
 	$(MVN) -P metastore dependency:copy-dependencies -DoutputDirectory=$(JARS)/metastore
 	@touch $@
 
+# Hive's standalone JDBC driver, for the SQL endpoint's tests only (not in the runtime image).
+$(JARS)/jdbc/.installed: pom.xml | $(SLUICE_HOME)/.tools
+	$(MVN) -P jdbc dependency:copy-dependencies -DoutputDirectory=$(JARS)/jdbc
+	@touch $@
+
 # The SQL endpoint's read-only rule and password logins: two small classes, compiled against
 # the pyspark wheel's own jars.
 SQL_JAVA := $(wildcard jobs/java/sluice/sql/*.java)
@@ -103,7 +108,7 @@ lint: setup
 types: setup
 	$(BIN)/mypy
 
-test: lint types $(SLUICE_HOME)/.postgres
+test: lint types $(SLUICE_HOME)/.postgres $(JARS)/jdbc/.installed
 	$(BIN)/pytest --timeout=900 --durations=15 $(PYTEST_ARGS)
 
 unit: setup

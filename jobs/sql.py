@@ -34,6 +34,7 @@ class LocalSession:
         self.spark = local_session("sluice-sql", conf=catalog_conf() | {"spark.ui.enabled": "false"})
         # PySpark logs every failed statement with its Java stack; the message is shown instead.
         logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
+        thrift.give_metastore_password(self.spark)
         thrift.trust(self.spark)
         pipelines, invalid = valid_pipelines()
         for exc in invalid:

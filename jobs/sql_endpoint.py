@@ -51,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         spark = SparkSession.builder.appName("sluice-sql-endpoint").getOrCreate()
         status.app_id, status.ui = spark.sparkContext.applicationId, spark.sparkContext.uiWebUrl
+        thrift.give_metastore_password(spark)
         thrift.trust(spark)
         status.tables = _sync(spark)
         thrift.start_thrift_server(spark)

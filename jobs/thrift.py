@@ -1,7 +1,7 @@
-"""The two JVM calls the SQL endpoint needs that PySpark has no Python API for.
+"""The three JVM calls the SQL endpoint needs that PySpark has no Python API for.
 
-Both go through ``spark._jvm``, PySpark's private gateway, so they live here and nowhere
-else; ``tests/integration/test_sql_endpoint.py`` starts a real endpoint through them, so a
+They go through ``spark._jvm`` and ``spark._jsc``, PySpark's private gateway, so they live
+here and nowhere else; ``tests/integration/test_sql_endpoint.py`` starts a real endpoint through them, so a
 PySpark release that moves either fails that test, loudly.
 """
 
@@ -25,3 +25,18 @@ def start_thrift_server(spark: SparkSession) -> Any:
     assert jvm is not None
     server = jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2
     return server.startWithContext(spark._jsparkSession.sqlContext())
+
+
+#: Where Hive's metastore client reads its database password (javax.jdo.option.ConnectionPassword).
+_METASTORE_PASSWORD = "javax.jdo.option.ConnectionPassword"  # noqa: S105 - its name, not a password
+
+
+def give_metastore_password(spark: SparkSession) -> None:
+    """Put the metastore's password (from its file) into the Hadoop configuration the Hive
+    client is built from, before anything opens the catalog. Not a Spark setting: those are
+    copied into every session, where a client's ``SET key`` could read them back."""
+    from sluice.sql.settings import metastore_password
+
+    password = metastore_password()
+    if password is not None:
+        spark._jsc.hadoopConfiguration().set(_METASTORE_PASSWORD, password)

@@ -8,8 +8,10 @@
 ``SLUICE_METASTORE_URL``           a JDBC URL of a PostgreSQL metastore, e.g.
                                    ``jdbc:postgresql://db:5432/metastore``; unset: embedded
                                    Derby under $SLUICE_HOME/metastore
-``SLUICE_METASTORE_USER``,         its credentials
-``SLUICE_METASTORE_PASSWORD``
+``SLUICE_METASTORE_USER``          its user
+``SLUICE_METASTORE_PASSWORD_FILE`` a file holding its password, readable by the endpoint's
+                                   user only: the password is read by the Spark driver, never
+                                   put on a command line or in a run record
 =================================  =========================================================
 """
 
@@ -93,6 +95,7 @@ def metastore_conf(home: Path | None = None) -> dict[str, str]:
         }
     if not url.startswith("jdbc:postgresql://"):
         raise InvalidInput(f"SLUICE_METASTORE_URL must be a jdbc:postgresql:// URL, not {url!r}")
+    metastore_password()  # refuses a password in the environment before anything starts
     return conf | {
         # DataNucleus creates the metastore's tables as it first needs each one, on a second
         # connection; adding a foreign key to a table the first connection is writing then
@@ -103,8 +106,25 @@ def metastore_conf(home: Path | None = None) -> dict[str, str]:
         "spark.hadoop.javax.jdo.option.ConnectionURL": url,
         "spark.hadoop.javax.jdo.option.ConnectionDriverName": "org.postgresql.Driver",
         "spark.hadoop.javax.jdo.option.ConnectionUserName": os.environ.get("SLUICE_METASTORE_USER", ""),
-        "spark.hadoop.javax.jdo.option.ConnectionPassword": os.environ.get("SLUICE_METASTORE_PASSWORD", ""),
     }
+
+
+def metastore_password() -> str | None:
+    """The PostgreSQL metastore's password, from ``SLUICE_METASTORE_PASSWORD_FILE`` (None: no
+    password). Read by the Spark driver itself (see ``jobs/thrift.py``), so that it appears on
+    no command line, in no run record and in no setting a client's session could show."""
+    if os.environ.get("SLUICE_METASTORE_PASSWORD"):
+        raise InvalidInput(
+            "SLUICE_METASTORE_PASSWORD would put the metastore's password on the Spark command line: "
+            "write it to a file only you can read and set SLUICE_METASTORE_PASSWORD_FILE to it"
+        )
+    path = os.environ.get("SLUICE_METASTORE_PASSWORD_FILE")
+    if not path:
+        return None
+    try:
+        return Path(path).read_text(encoding="utf-8").rstrip("\r\n")
+    except OSError as exc:
+        raise InvalidInput(f"SLUICE_METASTORE_PASSWORD_FILE: cannot read {path}: {exc.strerror}") from None
 
 
 def metastore_name() -> str:

@@ -19,8 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
+import pyarrow as pa
 import pytest
+from deltalake import write_deltalake
 
+from sluice import config
 from sluice.dev.generate import EventGenerator
 from sluice.dev.ports import free_port
 from sluice.dev.produce import send, synthetic
@@ -56,6 +59,11 @@ class Served:
     folder: Path
     expected: list[tuple[int, int, int]]  # (partition, good, bad), from delta-rs
 
+    @property
+    def outside(self) -> Path:
+        """A Delta table that is not in the catalog."""
+        return self.folder / "outside"
+
     def session(self, password: str = PASSWORD) -> EndpointSession:
         return EndpointSession("127.0.0.1", self.endpoint.port, auth="password", user=USER, password=password)
 
@@ -88,6 +96,7 @@ def served(spark, broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     pipeline = ingest(spark, broker, folder, name="sql_signals")
     expected = counts_by_partition(pipeline)
     assert expected and total_rows(pipeline) == RECORDS
+    write_deltalake(str(folder / "outside"), pa.table({"secret": ["not for clients"]}))
     with pytest.MonkeyPatch.context() as env:
         env.setenv("SLUICE_PIPELINES", str(folder))
         env.setenv("SLUICE_SQL_PASSWORD_FILE", str(folder / "passwords"))
@@ -163,14 +172,19 @@ ESCAPES = [
     "SELECT try_reflect('java.lang.System', 'getenv', 'HOME')",
     "SELECT count(*) FROM sql_signals WHERE device_type IN (SELECT reflect('java.util.UUID', 'randomUUID'))",
     "SET spark.sql.catalog.mine=org.apache.spark.sql.execution.datasources.v2.jdbc.JDBCTableCatalog",
+    "SET spark.sluice.sql.allowWrites=true",
+    "SET spark.sql.warehouse.dir={folder}",
+    "DESCRIBE HISTORY delta.`{outside}`",
+    "DESCRIBE DETAIL delta.`{outside}`",
 ]
 
 
 def test_writes_and_escapes_are_refused_with_a_clear_error_and_change_nothing(served: Served) -> None:
     session = served.session()
     try:
-        # A client cannot lift the rule for itself: it is read from the server's start-up settings.
-        session.run("SET spark.sluice.sql.allowWrites=true")
+        # What an analyst may change for their own session.
+        session.run("SET spark.sql.session.timeZone=Europe/Berlin")
+        assert session.run("SELECT current_timezone()").rows == [("Europe/Berlin",)]
         for statement in WRITES:
             with pytest.raises(SqlError) as refused:
                 session.run(statement.format(path=served.pipeline.sink_path))
@@ -179,13 +193,17 @@ def test_writes_and_escapes_are_refused_with_a_clear_error_and_change_nothing(se
             # A format that infers its schema reads files while Spark plans the query; the rule
             # refuses that read, and Spark reports it as its own planning error.
             with pytest.raises(SqlError, match="read-only|FAILED_TO_CREATE_PLAN_FOR_DIRECT_QUERY") as refused:
-                session.run(statement.format(folder=served.folder, secret=served.folder / "passwords"))
+                session.run(
+                    statement.format(folder=served.folder, secret=served.folder / "passwords", outside=served.outside)
+                )
             assert "--allow-writes" not in str(refused.value), statement
         # A table's own location is the table: reading it by path is the same read. (Counted
         # by delta-rs: `expected` holds only the partitions that have quarantined rows too, and
         # the producer's sticky partitioner may leave one without.)
         good = read_without_spark("delta", served.pipeline.sink_path, ["_kafka_offset"]).num_rows
         assert session.run(f"SELECT count(*) FROM delta.`{served.pipeline.sink_path}`").rows == [(good,)]
+        history = session.run(f"DESCRIBE HISTORY delta.`{served.pipeline.sink_path}`").rows
+        assert history and history == session.run("DESCRIBE HISTORY sql_signals").rows
         assert session.run("SELECT count(*) FROM sql_signals").rows == [(good,)]
         # The catalog is persistent: tables other tests' pipelines registered are there too.
         listed = [r[1] for r in session.run("SHOW TABLES IN sluice").rows]
@@ -201,31 +219,80 @@ def test_writes_and_escapes_are_refused_with_a_clear_error_and_change_nothing(se
     assert counts_by_partition(served.pipeline) == served.expected
 
 
-def test_a_catalog_set_in_the_connection_url_is_not_readable(served: Served) -> None:
-    """Session settings in the JDBC URL bypass SET; the reads are refused all the same."""
+#: Settings a connection can carry: a catalog of the client's choosing (a Derby database the
+#: server would create where the client says), and a setting of the server.
+URL_SETTINGS = {
+    "spark.sql.catalog.mine": "org.apache.spark.sql.execution.datasources.v2.jdbc.JDBCTableCatalog",
+    "spark.sql.catalog.mine.url": "jdbc:derby:{derby};create=true",
+}
+
+
+def test_settings_in_the_connection_pass_the_allow_list_before_anything_runs(served: Served) -> None:
+    """Session settings in the JDBC URL bypass SET: Spark's Thrift server applies them as the
+    session opens. Every statement of such a session is refused before it is analysed, so the
+    catalog they name is never loaded (no Derby database appears)."""
     from pyhive import hive
 
     from sluice.sql.client import server_message
 
-    jdbc = "org.apache.spark.sql.execution.datasources.v2.jdbc.JDBCTableCatalog"
-    conn = hive.connect(
-        host="127.0.0.1",
-        port=served.endpoint.port,
-        username=USER,
-        password=PASSWORD,
-        auth="CUSTOM",
-        configuration={
-            "set:hiveconf:spark.sql.catalog.mine": jdbc,
-            "set:hiveconf:spark.sql.catalog.mine.url": "jdbc:derby:memory:x;create=true",
-        },
+    derby = served.folder / "client-chose-this"
+    settings = {k: v.format(derby=derby) for k, v in URL_SETTINGS.items()}
+    # PyHive, as SQLAlchemy and Superset use it: its connect runs `USE`, refused already.
+    with pytest.raises(Exception) as refused:
+        hive.connect(
+            host="127.0.0.1",
+            port=served.endpoint.port,
+            username=USER,
+            password=PASSWORD,
+            auth="CUSTOM",
+            configuration={f"set:hiveconf:{k}": v for k, v in settings.items()},
+        )
+    said = server_message(refused.value)
+    assert said.startswith("sluice: this SQL endpoint is read-only: the connection sets spark.sql.catalog.mine, ")
+    # Hive's standalone JDBC driver, with the settings in its URL as a BI tool's user types them.
+    url = served.endpoint.jdbc_url() + "?" + ";".join(f"{k}={v}" for k, v in settings.items())
+    said = hive_jdbc(served, url, ["SHOW NAMESPACES IN mine", "DESCRIBE mine.SYS.SYSTABLES"])
+    assert len(said) == 1 and said[0][0] == "refused", said  # the driver's connect runs `use`, refused
+    assert "the connection sets create, spark.sql.catalog.mine, spark.sql.catalog.mine.url, " in said[0][1]
+    assert not derby.exists()
+    allowed = served.endpoint.jdbc_url() + "?spark.sql.session.timeZone=Asia/Tokyo"
+    assert hive_jdbc(served, allowed, ["SELECT current_timezone()"]) == [("ok", "Asia/Tokyo")]
+
+
+def test_hive_jdbc_reads_and_every_side_door_is_refused(served: Served) -> None:
+    said = hive_jdbc(
+        served,
+        served.endpoint.jdbc_url(),
+        [
+            "SELECT count(*) FROM sql_signals",
+            "SET spark.sluice.sql.allowWrites=true",
+            f"DESCRIBE HISTORY delta.`{served.outside}`",
+            f"DESCRIBE DETAIL delta.`{served.outside}`",
+            "DELETE FROM sql_signals",
+        ],
     )
-    cursor = conn.cursor()
-    try:
-        with pytest.raises(Exception) as refused:
-            cursor.execute("SELECT * FROM mine.SYS.SYSTABLES")
-        assert "read-only" in server_message(refused.value)
-    finally:
-        conn.close()
+    good = read_without_spark("delta", served.pipeline.sink_path, ["_kafka_offset"]).num_rows
+    assert said[0] == ("ok", str(good)), said
+    assert [kind for kind, _ in said[1:]] == ["error"] * 4, said
+    assert "SET spark.sluice.sql.allowWrites: clients may set only" in said[1][1]
+    assert all("read-only" in message for _, message in said[1:]), said
+
+
+def hive_jdbc(served: Served, url: str, statements: list[str]) -> list[tuple[str, str]]:
+    """Each statement through Hive's standalone JDBC driver: ("ok", rows) or ("error", message);
+    [("refused", message)] when the connection itself is."""
+    jar = next(config.jars_dir("jdbc").glob("hive-jdbc-*-standalone.jar"))
+    done = subprocess.run(
+        ["java", "-cp", str(jar), str(Path(__file__).parent / "jdbc" / "HiveQuery.java"), url, USER, PASSWORD],
+        input="\n".join(statements),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode in (0, 2), done.stdout + done.stderr[-3000:]
+    kinds = ("ok\t", "error\t", "refused\t")
+    lines = [line.split("\t", 1) for line in done.stdout.splitlines() if line.startswith(kinds)]
+    return [(kind, rest.replace("\x1e", "\n")) for kind, rest in lines]
 
 
 def test_a_wrong_password_is_refused(served: Served) -> None:

@@ -4,16 +4,20 @@ endpoint registers the tables there, serves them, and they outlive the endpoint.
 from __future__ import annotations
 
 import glob
+import json
 import os
 import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
+from dataclasses import asdict
 from pathlib import Path
 
+import psutil
 import pytest
 
 from sluice.dev.ports import free_port
+from sluice.errors import InvalidInput
 from sluice.ops import sql as ops
 from sluice.ops.target import LocalTarget
 from sluice.sql.client import EndpointSession
@@ -21,6 +25,8 @@ from sluice.sql.settings import Endpoint
 from tests.fixtures import make_pipeline
 
 pytestmark = pytest.mark.integration
+
+PASSWORD = "m3tastore-s3cret"
 
 
 def _postgres_bin() -> Path:
@@ -45,11 +51,39 @@ def postgres() -> Iterator[tuple[str, int]]:
         done = subprocess.run([*as_user, *cmd], capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stdout + done.stderr
 
-    run(str(bin_dir / "initdb"), "-D", str(data), "-A", "trust", "-U", "sluice", "--no-sync")
+    secret = base / "initdb-password"
+    secret.write_text(PASSWORD)
+    if as_user:
+        shutil.chown(secret, "postgres")
+    run(
+        str(bin_dir / "initdb"),
+        "-D",
+        str(data),
+        "-A",
+        "scram-sha-256",
+        f"--pwfile={secret}",
+        "-U",
+        "sluice",
+        "--no-sync",
+    )
     options = f"-p {port} -k {base} -c listen_addresses=127.0.0.1 -c fsync=off"
     run(str(bin_dir / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(base / "log"), "-w", "start")
     try:
-        run("psql", "-h", "127.0.0.1", "-p", str(port), "-U", "sluice", "-d", "postgres", "-c", "CREATE DATABASE hive")
+        run(
+            "env",
+            f"PGPASSWORD={PASSWORD}",
+            "psql",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "-U",
+            "sluice",
+            "-d",
+            "postgres",
+            "-c",
+            "CREATE DATABASE hive",
+        )
         yield f"jdbc:postgresql://127.0.0.1:{port}/hive", port
     finally:
         run(str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop")
@@ -66,8 +100,21 @@ def test_the_catalog_lives_in_postgresql(postgres, spark, tmp_path: Path, monkey
     monkeypatch.setenv("SLUICE_METASTORE_URL", url)
     monkeypatch.setenv("SLUICE_METASTORE_USER", "sluice")
     endpoint = Endpoint("127.0.0.1", free_port())
+    # A password in the environment would reach the command line: refused before anything starts.
+    monkeypatch.setenv("SLUICE_METASTORE_PASSWORD", PASSWORD)
+    with pytest.raises(InvalidInput, match="SLUICE_METASTORE_PASSWORD_FILE"):
+        ops.serve(LocalTarget(), endpoint, by="test")
+    monkeypatch.delenv("SLUICE_METASTORE_PASSWORD")
+    secret = tmp_path / "metastore-password"
+    secret.write_text(PASSWORD + "\n")
+    secret.chmod(0o600)
+    monkeypatch.setenv("SLUICE_METASTORE_PASSWORD_FILE", str(secret))
     served = ops.serve(LocalTarget(), endpoint, by="test")
     try:
+        # The password is read by the driver: on no command line, in no run record.
+        assert PASSWORD not in json.dumps(asdict(served.driver))
+        commands = [" ".join(p.cmdline()) for p in psutil.Process(served.driver.pid).children(recursive=True)]
+        assert commands and not any(PASSWORD in c for c in commands)
         # (sluice_events too, when an earlier test's stream wrote the event log)
         assert [t for t in served.status.tables if t != "sluice_events"] == ["pg_signals"]
         assert served.status.metastore.startswith("PostgreSQL")
@@ -81,6 +128,8 @@ def test_the_catalog_lives_in_postgresql(postgres, spark, tmp_path: Path, monkey
     # The registration is PostgreSQL's now, there after the endpoint is gone.
     tables = subprocess.run(
         [
+            "env",
+            f"PGPASSWORD={PASSWORD}",
             "psql",
             "-h",
             "127.0.0.1",

@@ -43,3 +43,14 @@ def test_dockerfile_copies_only_files_that_exist() -> None:
         if line.startswith("COPY "):
             for source in line.split()[1:-1]:
                 assert (ROOT / source.rstrip("/")).exists(), source
+
+
+def test_the_metastore_password_is_a_secret_file_not_an_environment_value() -> None:
+    compose = yaml.safe_load((DOCKER / "compose.yaml").read_text())
+    secrets = compose["secrets"]
+    assert all((DOCKER / s["file"]).is_file() for s in secrets.values())
+    for name, service in compose["services"].items():
+        env = service.get("environment", {})
+        assert "SLUICE_METASTORE_PASSWORD" not in env and "POSTGRES_PASSWORD" not in env, name
+        if "SLUICE_METASTORE_PASSWORD_FILE" in env or "POSTGRES_PASSWORD_FILE" in env:
+            assert set(service["secrets"]) <= set(secrets), name

@@ -13,7 +13,7 @@ from sluice.errors import InvalidInput
 from sluice.sql import passwords
 from sluice.sql.catalog import CatalogTable, literal
 from sluice.sql.client import Result, as_csv, as_json, server_message
-from sluice.sql.settings import Endpoint, metastore_conf
+from sluice.sql.settings import Endpoint, metastore_conf, metastore_password
 from sluice.sql.shell import CANCEL, Shell, meta_sql, statements
 
 
@@ -162,3 +162,20 @@ def test_supervision_leaves_an_endpoint_stopped_on_purpose_alone(tmp_path: Path,
     Driver(NAME, 1, ["spark-submit"], "log", 0.0, "cli", "stopped").save()
     assert sql.keep_up(LocalTarget(), Endpoint(), by="test") is None
     assert sql.status().desired == "stopped" and not sql.status().up
+
+
+def test_the_metastore_password_comes_from_a_file_only(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("SLUICE_METASTORE_URL", "jdbc:postgresql://db:5432/hive")
+    monkeypatch.delenv("SLUICE_METASTORE_PASSWORD_FILE", raising=False)
+    assert metastore_password() is None
+    secret = tmp_path / "pw"
+    secret.write_text("s3cret\n")
+    monkeypatch.setenv("SLUICE_METASTORE_PASSWORD_FILE", str(secret))
+    assert metastore_password() == "s3cret"
+    assert "s3cret" not in str(metastore_conf(tmp_path))  # the Spark settings never hold it
+    monkeypatch.setenv("SLUICE_METASTORE_PASSWORD_FILE", str(tmp_path / "missing"))
+    with pytest.raises(InvalidInput, match="cannot read"):
+        metastore_password()
+    monkeypatch.setenv("SLUICE_METASTORE_PASSWORD", "s3cret")
+    with pytest.raises(InvalidInput, match="SLUICE_METASTORE_PASSWORD_FILE"):
+        metastore_conf(tmp_path)

@@ -4,18 +4,27 @@ import java.util.Arrays;
 import java.util.Collections;
 import java.util.HashSet;
 import java.util.Locale;
+import java.util.Map;
 import java.util.Set;
+import java.util.TreeSet;
 import java.util.WeakHashMap;
 
 import org.apache.hadoop.fs.Path;
 
+import org.apache.spark.SparkConf;
+import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.SparkSessionExtensions;
+import org.apache.spark.sql.catalyst.FunctionIdentifier;
 import org.apache.spark.sql.catalyst.TableIdentifier;
+import org.apache.spark.sql.catalyst.analysis.ResolvedTable;
 import org.apache.spark.sql.catalyst.catalog.CatalogTable;
 import org.apache.spark.sql.catalyst.catalog.SessionCatalog;
 import org.apache.spark.sql.catalyst.catalog.HiveTableRelation;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.SubqueryExpression;
+import org.apache.spark.sql.catalyst.parser.ParameterContext;
+import org.apache.spark.sql.catalyst.parser.ParseException;
+import org.apache.spark.sql.catalyst.parser.ParserInterface;
 import org.apache.spark.sql.catalyst.plans.logical.Command;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.plans.logical.ScriptTransformation;
@@ -23,6 +32,8 @@ import org.apache.spark.sql.execution.command.SetCommand;
 import org.apache.spark.sql.execution.datasources.HadoopFsRelation;
 import org.apache.spark.sql.execution.datasources.LogicalRelation;
 import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.StructType;
 
 import scala.Function1;
 import scala.Option;
@@ -41,8 +52,16 @@ import scala.runtime.BoxedUnit;
  *       configured for its session);
  *   <li>code that runs on the server: {@code SELECT TRANSFORM ... USING 'script'},
  *       {@code reflect}/{@code java_method}/{@code try_reflect};
- *   <li>a {@code SET} of a catalog ({@code spark.sql.catalog.*}).
+ *   <li>a Delta table named by path ({@code DESCRIBE HISTORY delta.`/any/path`}) outside the
+ *       catalog's tables' locations.
  * </ul>
+ *
+ * <p>Session settings pass one allow-list ({@link #SETTINGS}): what an analyst may change for
+ * their own session (time zone, ANSI mode and the like). A {@code SET} of anything else is
+ * refused when it is parsed; settings a client sends with its connection (the JDBC URL's
+ * {@code ?key=value}, PyHive's {@code configuration}) are applied by the Thrift server
+ * without a statement, so every statement of such a session is refused when it is parsed,
+ * before the analyser could load a catalog those settings name.
  *
  * <p>Allowing by name and refusing the rest means a command added by a new Spark or Delta
  * release is refused until someone decides it reads only. Writes are allowed only when the
@@ -56,6 +75,22 @@ public final class ReadOnly implements Function1<SparkSessionExtensions, BoxedUn
   public static final String ALLOW_WRITES = "spark.sluice.sql.allowWrites";
   /** The databases clients may read, comma-separated (the endpoint sets "sluice"). */
   public static final String DATABASES = "spark.sluice.sql.databases";
+
+  /**
+   * The settings a client may give its session: none names a path, a catalog, a class or a
+   * setting of the server. The Thrift server sets {@code spark.sql.hive.version} and
+   * {@code spark.sql.binaryOutputStyle} itself, and
+   * Hive's JDBC driver sends its fetch size.
+   */
+  public static final Set<String> SETTINGS = Set.of(
+      "spark.sql.session.timeZone", "spark.sql.ansi.enabled", "spark.sql.caseSensitive",
+      "spark.sql.legacy.timeParserPolicy", "spark.sql.datetime.java8API.enabled",
+      "spark.sql.thriftServer.queryTimeout", "spark.sql.binaryOutputStyle", "spark.sql.hive.version",
+      "hive.server2.thrift.resultset.default.fetch.size", "hive.query.timeout.seconds");
+
+  /** Settings the server's own components give each session: Delta, as it builds its analyser. */
+  private static final Map<String, String> INTERNAL = Map.of(
+      "spark.sql.parquet.fieldId.read.enabled", "true", "spark.sql.parquet.fieldId.write.enabled", "true");
 
   /** Commands that read or change only the client's own session. */
   private static final Set<String> ALLOWED = Set.of(
@@ -78,6 +113,7 @@ public final class ReadOnly implements Function1<SparkSessionExtensions, BoxedUn
 
   @Override
   public BoxedUnit apply(SparkSessionExtensions extensions) {
+    extensions.injectParser((session, delegate) -> new Guard(session, delegate));
     extensions.injectCheckRule(session -> {
       boolean allowWrites = session.sparkContext().getConf().getBoolean(ALLOW_WRITES, false);
       Set<String> databases = Set.copyOf(Arrays.asList(
@@ -108,11 +144,11 @@ public final class ReadOnly implements Function1<SparkSessionExtensions, BoxedUn
       if (plan instanceof ScriptTransformation) {
         refuse("SELECT TRANSFORM runs a program on the server");
       }
-      if (plan instanceof SetCommand) {
-        Option<scala.Tuple2<String, Option<String>>> kv = ((SetCommand) plan).kv();
-        if (kv.isDefined() && kv.get()._1().toLowerCase(Locale.ROOT).startsWith("spark.sql.catalog.")) {
-          refuse("SET " + kv.get()._1() + " would add a catalog");
-        }
+      if (plan instanceof ResolvedTable) {
+        resolved((ResolvedTable) plan);
+      }
+      if (name.contains("PathBased")) {  // Delta's own nodes for `delta.`/path`` it has not resolved
+        refuse("only the catalog's tables can be read, not tables by path");
       }
       if (plan instanceof Command && !allowed(name)) {
         refuse("this statement (" + verb(name) + ", " + name + ") would change a table or the server. Change "
@@ -161,6 +197,20 @@ public final class ReadOnly implements Function1<SparkSessionExtensions, BoxedUn
       refuse("only the catalog's tables can be read, not files by path (" + outside + ")");
     }
 
+    /** A table a command names (DESCRIBE HISTORY, DESCRIBE DETAIL): one of the allowed
+     * databases', or a Delta table by path that is one of their tables' locations. */
+    private void resolved(ResolvedTable table) {
+      String[] namespace = table.identifier().namespace();
+      String db = namespace.length == 1 ? namespace[0].toLowerCase(Locale.ROOT) : "";
+      if (databases.contains(db)) {
+        return;
+      }
+      if (db.equals("delta") && within(normal(new Path(table.identifier().name()).toUri().toString()), locations())) {
+        return;
+      }
+      refuse("only the tables of " + String.join(", ", databases) + " can be read, not " + table.name());
+    }
+
     private Set<String> locations() {
       if (locations == null) {
         locations = new HashSet<>();
@@ -197,6 +247,108 @@ public final class ReadOnly implements Function1<SparkSessionExtensions, BoxedUn
       if (db.isEmpty() || !databases.contains(db.get().toLowerCase(Locale.ROOT))) {
         refuse("only the tables of " + String.join(", ", databases) + " can be read, not " + table.identifier());
       }
+    }
+  }
+
+  /** Every statement of a client's session passes here before it is analysed. */
+  private static final class Guard implements ParserInterface {
+    private final SparkSession session;
+    private final ParserInterface delegate;
+
+    Guard(SparkSession session, ParserInterface delegate) {
+      this.session = session;
+      this.delegate = delegate;
+    }
+
+    private boolean guarded() {
+      return !TRUSTED.contains(session) && !session.sparkContext().getConf().getBoolean(ALLOW_WRITES, false);
+    }
+
+    /** Refuse a session whose connection brought a setting off the allow-list. */
+    private void checkSession() {
+      if (!guarded()) {
+        return;
+      }
+      SparkConf server = session.sparkContext().getConf();
+      Map<String, String> confs = CollectionConverters.asJava(session.sessionState().conf().getAllConfs());
+      Set<String> foreign = new TreeSet<>();
+      for (Map.Entry<String, String> e : confs.entrySet()) {
+        // The server's own: its Spark settings, the JVM's -D options Hive reads (hive.server2.*),
+        // and what Delta sets.
+        String key = e.getKey(), value = e.getValue();
+        boolean own = value.equals(server.getOption(key).getOrElse(() -> null))
+            || value.equals(System.getProperty(key)) || value.equals(INTERNAL.get(key));
+        if (!own && !SETTINGS.contains(key)) {
+          foreign.add(key);
+        }
+      }
+      if (!foreign.isEmpty()) {
+        refuse("the connection sets " + String.join(", ", foreign) + ", which clients may not set (they may set "
+            + String.join(", ", new TreeSet<>(SETTINGS)) + ")");
+      }
+    }
+
+    private LogicalPlan checked(LogicalPlan plan) {
+      if (guarded() && plan instanceof SetCommand) {
+        Option<scala.Tuple2<String, Option<String>>> kv = ((SetCommand) plan).kv();
+        if (kv.isDefined() && kv.get()._2().isDefined() && !SETTINGS.contains(kv.get()._1())) {
+          refuse("SET " + kv.get()._1() + ": clients may set only " + String.join(", ", new TreeSet<>(SETTINGS)));
+        }
+      }
+      return plan;
+    }
+
+    @Override
+    public LogicalPlan parsePlan(String sql) throws ParseException {
+      checkSession();
+      return checked(delegate.parsePlan(sql));
+    }
+
+    @Override
+    public LogicalPlan parsePlanWithParameters(String sql, ParameterContext parameters) throws ParseException {
+      checkSession();
+      return checked(delegate.parsePlanWithParameters(sql, parameters));
+    }
+
+    @Override
+    public LogicalPlan parseQuery(String sql) throws ParseException {
+      checkSession();
+      return delegate.parseQuery(sql);
+    }
+
+    @Override
+    public Expression parseExpression(String sql) throws ParseException {
+      return delegate.parseExpression(sql);
+    }
+
+    @Override
+    public TableIdentifier parseTableIdentifier(String sql) throws ParseException {
+      return delegate.parseTableIdentifier(sql);
+    }
+
+    @Override
+    public FunctionIdentifier parseFunctionIdentifier(String sql) throws ParseException {
+      return delegate.parseFunctionIdentifier(sql);
+    }
+
+    @Override
+    public scala.collection.immutable.Seq<String> parseMultipartIdentifier(String sql) throws ParseException {
+      return delegate.parseMultipartIdentifier(sql);
+    }
+
+    @Override
+    public StructType parseRoutineParam(String sql) throws ParseException {
+      return delegate.parseRoutineParam(sql);
+    }
+
+    @Override
+    public StructType parseTableSchema(String sql) throws ParseException {
+      return delegate.parseTableSchema(sql);
+    }
+
+    @Override
+    public DataType parseDataType(String sql) throws ParseException {
+      return delegate.parseDataType(sql);
     }
   }
 
