@@ -57,6 +57,7 @@ from sluice.records.backfill import BackfillPlan
 from sluice.spec import Pipeline, SpecError, Trigger, compatibility, load_pipeline
 from sluice.spec.columns import RESCUED_MAP
 from sluice.spec.continuous import ContinuousError
+from sluice.spec.loader import recorded, restore
 
 log = logging.getLogger("sluice.ingest")
 
@@ -80,8 +81,10 @@ class BatchWriter:
         pipeline: Pipeline,
         backfill: BackfillPlan | None = None,
         stop: threading.Event | None = None,
+        until: int | None = None,
     ) -> None:
         self.spark, self.pipeline, self.backfill, self.stop = spark, pipeline, backfill, stop
+        self.until = until  # set ``stop`` once this batch is written: a replay ends after it
         self._sinks: tuple[BatchSink, BatchSink] | None = None
         self._schema_recorded = False
 
@@ -149,6 +152,8 @@ class BatchWriter:
         if counts:
             log.info("%s batch %d expectations: %s", self.pipeline.name, batch_id, expectations.summary(counts))
         kill_if_asked(self.pipeline, batch_id)
+        if self.until is not None and batch_id >= self.until and self.stop is not None:
+            self.stop.set()
 
     def _count(self, batch: DataFrame, batch_id: int) -> tuple[BatchAudit, dict[str, expectations.RuleCount]]:
         rows = (
@@ -180,16 +185,9 @@ class BatchWriter:
         return audit, counts
 
 
-def check_split(spark: SparkSession, pipeline: Pipeline) -> None:
-    """Refuse to replay a partly written batch under a different split, then record this one.
-
-    A crash between a batch's two table writes leaves it planned but not committed; the
-    restart replays it, skipping the table that already has its part. If the schema, the
-    event-time rules or a dropping row rule changed meanwhile, a record could then land in
-    both tables or in neither. A planned batch that wrote nothing (it failed a ``fail``
-    rule, or declined to start after a stop request) runs under the new split: that is how
-    changing a rule gets a stream past a batch it failed on.
-    """
+def _split_state(spark: SparkSession, pipeline: Pipeline) -> tuple[list[str], int | None, int | None]:
+    """The checkpoint folder's names, its planned but uncommitted batch, and the newest batch
+    that began writing (None: a checkpoint from before that was recorded)."""
     cp = pipeline.checkpoint_path.rstrip("/")
     names = hadoopfs.list_names(spark, cp)
     pending = checkpoint.pending_batch(
@@ -198,28 +196,66 @@ def check_split(spark: SparkSession, pipeline: Pipeline) -> None:
     began = (
         int(hadoopfs.read_text(spark, f"{cp}/{checkpoint.WRITING_FILE}")) if checkpoint.WRITING_FILE in names else None
     )
-    record = f"{cp}/{checkpoint.SPLIT_FILE}"
-    if pending is not None and checkpoint.SPLIT_FILE in names:
-        changed = checkpoint.split_changes(json.loads(hadoopfs.read_text(spark, record)), pipeline.split)
-        # Checkpoints from before WRITING_FILE existed cannot say: treat the batch as begun.
-        if changed and (began is None or began >= pending):
-            raise CheckpointMismatch(
-                f"{pipeline.name}: batch {pending} was planned, but not committed, under a different "
-                f"{' and '.join(changed)}. Replaying it with this spec could put a record in both tables "
-                f"or in neither. Restore the previous spec and start the pipeline once, so that batch "
-                f"{pending} commits (`--available-now` ends after it), then apply the change."
-            )
-        if changed:
-            log.info(
-                "%s: batch %d was planned under a different %s but wrote nothing; it runs under this spec",
-                pipeline.name,
-                pending,
-                " and ".join(changed),
-            )
+    return names, pending, began
+
+
+def _changed_split(spark: SparkSession, pipeline: Pipeline, names: list[str]) -> list[str]:
+    if checkpoint.SPLIT_FILE not in names:
+        return []
+    planned = json.loads(hadoopfs.read_text(spark, f"{pipeline.checkpoint_path.rstrip('/')}/{checkpoint.SPLIT_FILE}"))
+    return checkpoint.split_changes(planned, pipeline.split)
+
+
+def planned_under(spark: SparkSession, pipeline: Pipeline) -> tuple[int, Pipeline] | None:
+    """A planned batch that a crash interrupted while writing, under a split other than this
+    spec's: its id and the pipeline it was planned under (from the checkpoint's record), to
+    replay it under that before this spec takes over. None when there is no such batch."""
+    names, pending, began = _split_state(spark, pipeline)
+    if pending is None or (began is not None and began < pending) or checkpoint.SPEC_FILE not in names:
+        return None
+    if not _changed_split(spark, pipeline, names):
+        return None
+    record = json.loads(hadoopfs.read_text(spark, f"{pipeline.checkpoint_path.rstrip('/')}/{checkpoint.SPEC_FILE}"))
+    previous = restore(record, pipeline)
+    return (pending, previous) if not _changed_split(spark, previous, names) else None
+
+
+def check_split(spark: SparkSession, pipeline: Pipeline) -> None:
+    """Refuse to replay a partly written batch under a different split, then record this one.
+
+    A crash between a batch's two table writes leaves it planned but not committed; the
+    restart replays it, skipping the table that already has its part. If the schema, the
+    event-time rules or a dropping row rule changed meanwhile, a record could then land in
+    both tables or in neither: the stream replays such a batch under the spec it was planned
+    with first (:func:`planned_under`), so this refuses only where that spec is not recorded
+    (a backfill's checkpoint, or one from before specs were recorded). A planned batch that
+    wrote nothing (it failed a ``fail`` rule, or declined to start after a stop request)
+    runs under the new split: that is how changing a rule gets a stream past a batch it failed on.
+    """
+    cp = pipeline.checkpoint_path.rstrip("/")
+    names, pending, began = _split_state(spark, pipeline)
+    changed = _changed_split(spark, pipeline, names) if pending is not None else []
+    # Checkpoints from before WRITING_FILE existed cannot say: treat the batch as begun.
+    if changed and (began is None or began >= pending):  # type: ignore[operator]
+        raise CheckpointMismatch(
+            f"{pipeline.name}: batch {pending} was planned, but not committed, under a different "
+            f"{' and '.join(changed)}, and this checkpoint does not record that spec. Replaying it with "
+            f"this spec could put a record in both tables or in neither. Restore the previous spec, start "
+            f"the pipeline and stop it once batch {pending} has committed (`sluice status` shows the last "
+            "committed batch), then apply the change."
+        )
+    if changed:
+        log.info(
+            "%s: batch %d was planned under a different %s but wrote nothing; it runs under this spec",
+            pipeline.name,
+            pending,
+            " and ".join(changed),
+        )
     if began is None and pending is None:
         last = checkpoint.last_batch(hadoopfs.list_names(spark, f"{cp}/commits"))
         hadoopfs.write_text(spark, f"{cp}/{checkpoint.WRITING_FILE}", str(-1 if last is None else last))
-    hadoopfs.write_text(spark, record, json.dumps(pipeline.split, sort_keys=True))
+    hadoopfs.write_text(spark, f"{cp}/{checkpoint.SPEC_FILE}", json.dumps(recorded(pipeline), sort_keys=True))
+    hadoopfs.write_text(spark, f"{cp}/{checkpoint.SPLIT_FILE}", json.dumps(pipeline.split, sort_keys=True))
 
 
 def check_schema(spark: SparkSession, pipeline: Pipeline) -> None:
@@ -253,8 +289,10 @@ def start(
     available_now: bool = False,
     backfill: BackfillPlan | None = None,
     stop: threading.Event | None = None,
+    until: int | None = None,
 ) -> StreamingQuery:
-    """Start the pipeline's streaming query (or one backfill's) and return it."""
+    """Start the pipeline's streaming query (or one backfill's) and return it; with ``until``,
+    it sets ``stop`` once that batch is written."""
     shapes = functools.cache(lambda fmt, path: table_shape(spark, fmt, path))  # each table read once
     compatibility.check(pipeline, shapes)
     log_growth(pipeline, shapes)
@@ -275,7 +313,7 @@ def start(
         parse(raw, pipeline)
         .writeStream.queryName(pipeline.name if backfill is None else f"{pipeline.name}-backfill-{backfill.id}")
         .option("checkpointLocation", pipeline.checkpoint_path)
-        .foreachBatch(BatchWriter(spark, pipeline, backfill, stop))
+        .foreachBatch(BatchWriter(spark, pipeline, backfill, stop, until))
         .trigger(**trigger)
         .start()
     )
@@ -349,6 +387,13 @@ def _run(
     reporter: StatusReporter | None,
     events: EventLog,
 ) -> Exception | None:
+    error: Exception | None = None
+    if backfill is None and not pipeline.derived:
+        error = replay_planned_batch(spark, pipeline, reporter, events)
+        if error is not None:
+            if reporter is not None:
+                reporter.failed(spark, pipeline.checkpoint_path, str(error))
+            return error
     restarts = 0
     while True:
         if pipeline.derived:
@@ -367,7 +412,7 @@ def _run(
         if backfill is None and query.lastProgress:
             events.wait_for(int(query.lastProgress["batchId"]))
         log.info("%s: run summary %s", pipeline.name, json.dumps(run_summary(query.recentProgress)))
-        error: Exception | None = query.exception()
+        error = query.exception()
         if error is not None and pipeline.derived:
             error = derive.upstream_changed(pipeline, error) or error
         if error is not None and STOP_MARKER in str(error):
@@ -381,6 +426,30 @@ def _run(
             return error
         restarts += 1
         log.warning("%s: restarting from the checkpoint after SPARK-57438 (replayed batch committed)", pipeline.name)
+
+
+def replay_planned_batch(
+    spark: SparkSession, pipeline: Pipeline, reporter: StatusReporter | None, events: EventLog
+) -> Exception | None:
+    """Replay a batch a crash interrupted under the spec it was planned with, when the spec
+    has changed since (a new schema version, other rules): it ends after that batch, so the
+    batches after it are planned under this spec. Its error, if any."""
+    found = planned_under(spark, pipeline)
+    if found is None:
+        return None
+    batch, previous = found
+    log.warning(
+        "%s: batch %d was planned under the previous spec and partly written before the driver stopped; "
+        "replaying it under that spec, then going on under this one",
+        pipeline.name,
+        batch,
+    )
+    done = threading.Event()
+    query = start(spark, previous, available_now=True, stop=done, until=batch)
+    run_until_stopped(query, done, reporter=reporter, events=events, spark=spark)
+    error: Exception | None = query.exception()
+    # SPARK-57438 strikes the first batch replayed after a restart, once it has committed.
+    return None if error is None or STOP_MARKER in str(error) or _SPARK_57438 in str(error) else error
 
 
 def main(argv: list[str] | None = None) -> int:

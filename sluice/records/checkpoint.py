@@ -79,6 +79,9 @@ def pending_batch(offsets: list[str], commits: list[str]) -> int | None:
 
 #: Beside ``offsets/`` and ``commits/``: the split (see ``Pipeline.split``) of the last start.
 SPLIT_FILE = "sluice_split.json"
+#: Beside it: the whole spec and schema of that start (``sluice.spec.loader.recorded``), to
+#: replay a batch a crash interrupted under the spec it was planned with.
+SPEC_FILE = "sluice_spec.json"
 #: Beside it: the newest batch that began writing to a table. A planned batch newer than
 #: it wrote nothing (it failed a ``fail`` rule, or declined after a stop request), so it
 #: may run under a changed split.

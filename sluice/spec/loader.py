@@ -9,6 +9,7 @@ look at the schema, the flattened plan, the paths, and the other specs of the fo
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -23,7 +24,7 @@ from sluice.spec.flatten import FlattenError
 from sluice.spec.pipeline import Pipeline, PipelineSpec, SpecError
 from sluice.spec.registry import RegistrySchema
 from sluice.spec.rescue import rescuable
-from sluice.spec.schema import Array, Atomic, SchemaError, Struct, load_schema
+from sluice.spec.schema import Array, Atomic, SchemaError, Struct, load_schema, parse_json_schema
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -377,3 +378,20 @@ def valid_pipelines() -> tuple[list[Pipeline], list[SpecError]]:
     for commands that serve the good ones and report the rest."""
     loaded = [x for _, x in load_all()]
     return [p for p in loaded if isinstance(p, Pipeline)], [e for e in loaded if isinstance(e, SpecError)]
+
+
+def recorded(pipeline: Pipeline) -> dict[str, Any]:
+    """What a checkpoint keeps of the spec its batches are planned under (see :func:`restore`)."""
+    return {
+        "spec": pipeline.spec.model_dump(mode="json", by_alias=True),
+        "schema": json.loads(pipeline.schema.to_spark_json()),
+    }
+
+
+def restore(record: dict[str, Any], now: Pipeline) -> Pipeline:
+    """The pipeline a batch was planned under, from its :func:`recorded` spec, writing where
+    ``now`` writes: a batch a crash interrupted is replayed under it, into the same tables."""
+    where = {k: getattr(now.spec, k) for k in ("name", "source", "sink", "checkpoint", "allow_external_paths")}
+    spec = PipelineSpec.model_validate(record["spec"]).model_copy(update=where)
+    schema = parse_json_schema(json.dumps(record["schema"]), "the checkpoint's recorded schema")
+    return Pipeline(spec, now.spec_path, now.schema_file, schema)

@@ -5,6 +5,7 @@ formats are in test_chaos.py.)"""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -16,9 +17,11 @@ from pathlib import Path
 import pytest
 
 from jobs.batches import KILL_AFTER_WRITING
+from sluice import config
 from sluice.dev.generate import EventGenerator
 from sluice.dev.produce import send, synthetic
 from sluice.ops.submit import ingest_submission, submit_env
+from sluice.records.checkpoint import SPEC_FILE
 from sluice.spec import Pipeline
 from tests.fixtures import audit_totals, kafka_keys, make_pipeline, new_topic, read_without_spark
 
@@ -79,11 +82,14 @@ def test_renamed_after_a_crash_between_write_and_commit_repeats_nothing(spark, b
 
     renamed = {"checkpoint": before.checkpoint_path, **settings, "sink": {"format": fmt, "path": before.sink_path}}
     if fmt == "delta":  # the same for both formats: it refuses before writing anything
-        # Replaying batch 1 under other event-time bounds could put a record in both tables.
+        # Replaying batch 1 under other event-time bounds could put a record in both tables; a
+        # checkpoint that does not record the spec batch 1 was planned under (one from before
+        # specs were recorded) cannot replay it under that spec, so the start is refused.
+        (checkpoint / SPEC_FILE).unlink()
         changed = make_pipeline(tmp_path, topic, name="changed", event_time=SHIFTED_BOUNDS, **renamed)
         refused = launch(changed, tmp_path / "changed.log", available_now=True)
         assert refused.wait(timeout=300) == 3, (tmp_path / "changed.log").read_text()[-3000:]
-        assert "batch 1 was planned, but not committed, under a different event_time" in " ".join(
+        assert "batch 1 was planned, but not committed, under a different event_time, and this checkpoint" in " ".join(
             (tmp_path / "changed.log").read_text().split()
         )
     after = make_pipeline(tmp_path, topic, name="after", **renamed)
@@ -96,6 +102,52 @@ def test_renamed_after_a_crash_between_write_and_commit_repeats_nothing(spark, b
     quarantined = kafka_keys(read_without_spark(fmt, before.quarantine_path, KEYS))
     assert len(out) == len(set(out)) and len(quarantined) == len(set(quarantined)), "a batch was written twice"
     assert set(out) == good and set(quarantined) == bad
+
+
+@pytest.mark.parametrize("fmt", ["delta", "parquet"])
+def test_a_new_schema_version_after_a_crash_replays_the_interrupted_batch_under_the_old_one(
+    spark, broker, tmp_path, fmt
+) -> None:
+    # The README's path for a producer's new field, after a crash mid-batch: killed between
+    # writing batch 1 and committing it, restarted with a v2 that adds a nullable `color`.
+    # Batch 1 is replayed under v1 (its part already written is found, the rest written as
+    # planned), then the new records are read under v2.
+    topic = new_topic(broker, partitions=2)
+    settings = {
+        "sink": {"format": fmt},
+        "source": {"max_offsets_per_trigger": 60},
+        "trigger": {"processing_time": "200 milliseconds"},
+    }
+    v1 = make_pipeline(tmp_path, topic, name="colors", **settings)
+    first = send(broker.bootstrap, topic, synthetic(EventGenerator(v1, seed=29), 180, 0.05), keep=True)
+    log = tmp_path / "driver.log"
+    assert launch(v1, log, env={KILL_AFTER_WRITING: "1"}).wait(timeout=300) == -signal.SIGKILL, log.read_text()[-3000:]
+    assert (Path(v1.checkpoint_path) / "offsets" / "1").exists()
+    assert not (Path(v1.checkpoint_path) / "commits" / "1").exists()
+
+    schema = json.loads((config.PROJECT_ROOT / "schemas" / "device_signal" / "v1.json").read_text())
+    schema["fields"].append({"name": "color", "type": "string", "nullable": True, "metadata": {}})
+    (tmp_path / "v2.json").write_text(json.dumps(schema))
+    v2 = make_pipeline(tmp_path, topic, schema=str(tmp_path / "v2.json"), name="colors", **settings)
+    second = send(broker.bootstrap, topic, synthetic(EventGenerator(v2, seed=31), 40, 0.05), keep=True)
+    assert launch(v2, log, available_now=True).wait(timeout=300) == 0, log.read_text()[-3000:]
+    assert "batch 1 was planned under the previous spec and partly written" in log.read_text()
+
+    delivered = first.delivered + second.delivered
+    good = {(topic, d.partition, d.offset) for d in delivered if d.record.kind == "good"}
+    bad = {(topic, d.partition, d.offset) for d in delivered if d.record.kind != "good"}
+    rows = read_without_spark(fmt, v2.sink_path, [*KEYS, "color"])
+    out, quarantined = kafka_keys(rows), kafka_keys(read_without_spark(fmt, v2.quarantine_path, KEYS))
+    assert len(out) == len(set(out)) and len(quarantined) == len(set(quarantined)), "a batch was written twice"
+    assert set(out) == good and set(quarantined) == bad
+    # Every value as sent: the new records' colors, and none where v1's records had none.
+    sent = {(topic, d.partition, d.offset): d.record.event.get("color") for d in delivered if d.record.kind == "good"}
+    assert dict(zip(out, rows.column("color").to_pylist(), strict=True)) == sent
+    assert any(sent.values()) and audit_totals(v2) == {
+        "records_in": len(delivered),
+        "records_out": len(good),
+        "records_quarantined": len(bad),
+    }
 
 
 def test_a_second_spec_on_the_same_checkpoint_or_table_is_refused(spark, broker, tmp_path) -> None:

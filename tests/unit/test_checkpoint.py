@@ -5,6 +5,7 @@ from pathlib import Path
 
 from sluice.records.checkpoint import pending_batch, split_changes, upstream_lag
 from sluice.spec import load_pipeline
+from sluice.spec.loader import recorded, restore
 from tests.unit.test_spec import GOOD, write
 
 
@@ -72,3 +73,14 @@ def test_a_derived_pipeline_lags_by_the_upstream_versions_that_change_data(tmp_p
     committed_offset(cp, 1, {"sourceVersion": 1, "reservoirVersion": 2, "index": 0, "isStartingVersion": False})
     assert upstream_lag(str(cp), "delta", str(table)) == 1
     assert upstream_lag("s3a://bucket/cp", "delta", str(table)) is None
+
+
+def test_a_recorded_spec_restores_the_split_it_was_planned_under(tmp_path: Path) -> None:
+    before = load_pipeline(write(tmp_path, GOOD + "on_type_mismatch: {battery: rescue}\n"))
+    record = json.loads(json.dumps(recorded(before)))  # as the checkpoint keeps it
+    now = load_pipeline(write(tmp_path, GOOD + "trigger: {processing_time: 5 seconds}\n"))
+    assert split_changes(before.split, now.split) == ["rescue"]
+    previous = restore(record, now)
+    assert split_changes(before.split, previous.split) == []
+    # It writes where the spec of now writes: the replayed batch's part may be there already.
+    assert (previous.sink_path, previous.checkpoint_path) == (now.sink_path, now.checkpoint_path)
