@@ -13,10 +13,11 @@ from collections.abc import Callable
 from pyspark.sql import SparkSession
 
 from jobs import hadoopfs
-from jobs.sinks import table_exists, table_shape
+from jobs.sinks import committed_files, table_exists
 from sluice.errors import first_line
+from sluice.records import parquet_log
 from sluice.spec import Pipeline
-from sluice.sql.catalog import CatalogTable, catalog_tables, database_statement
+from sluice.sql.catalog import CatalogTable, catalog_tables, database_statement, field_paths
 
 
 def sync(spark: SparkSession, pipelines: list[Pipeline], warn: Callable[[str], None]) -> list[str]:
@@ -39,17 +40,20 @@ def sync(spark: SparkSession, pipelines: list[Pipeline], warn: Callable[[str], N
 
 
 def _lacks_columns(spark: SparkSession, table: CatalogTable) -> bool:
-    """A Parquet table registered before its newest files gained a column (Delta tables read
-    their schema from their log at every query). Only columns the files already have count:
-    a spec's new column is there once a batch has written it."""
+    """A Parquet table registered before its newest files gained a column or a nested field
+    (Delta tables read their schema from their log at every query). Only fields the files
+    already have count: a spec's new field is there once a batch has written it."""
     if table.format != "parquet" or not table.columns:
         return False
-    have = {c.lower() for c in spark.table(table.qualified).columns}
-    missing = {c.lower() for c in table.columns} - have
+    have = field_paths(spark.table(table.qualified).schema.json())
+    missing = table.columns - have
     if not missing:  # the usual case, every few seconds: no file needs reading
         return False
-    written = table_shape(spark, "parquet", table.location)
-    return written is not None and any(c.lower() in missing for c in written.columns)
+    entries = committed_files(spark, table.location)
+    if not entries:
+        return False
+    newest = field_paths(spark.read.parquet(parquet_log.newest(entries).path).schema.json())  # its footer
+    return bool(missing & newest)
 
 
 def _location(spark: SparkSession, table: CatalogTable) -> str | None:

@@ -7,7 +7,9 @@ owns the metastore.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Any
 
 from sluice import config
 from sluice.spec import Pipeline
@@ -25,9 +27,10 @@ class CatalogTable:
     format: str
     location: str
     comment: str
-    #: The columns the spec writes (empty when not known): a Parquet table registered
-    #: without one of them is registered again, since its schema was read from older files.
-    columns: tuple[str, ...] = ()
+    #: Every field the spec writes, nested ones included, as paths (see :func:`field_paths`;
+    #: empty when not known): a Parquet table registered without one of them is registered
+    #: again once its files have it, since its schema was read from older files.
+    columns: frozenset[str] = frozenset()
 
     @property
     def qualified(self) -> str:
@@ -56,7 +59,8 @@ def catalog_tables(pipelines: list[Pipeline]) -> list[CatalogTable]:
             continue
         about = " ".join(p.spec.description.split()) or f"Events of the {p.name} pipeline."
         owner = f" Owner: {p.spec.owner}."
-        columns = tuple(expected(p)[0].columns)
+        columns = field_paths({"type": "struct", "fields": [written(c) for c in p.plan.columns]})
+        columns |= frozenset(c.lower() for c in expected(p)[0].columns)  # Sluice's own columns too
         tables.append(CatalogTable(p.name, fmt, p.sink_path, about + owner, columns))
         tables.append(
             CatalogTable(
@@ -77,6 +81,36 @@ def catalog_tables(pipelines: list[Pipeline]) -> list[CatalogTable]:
         )
     )
     return tables
+
+
+def written(column: Any) -> dict[str, Any]:
+    """A planned output column as a field of Spark's schema JSON."""
+    return {"name": column.name, "type": column.type.to_json(), "nullable": True, "metadata": {}}
+
+
+def field_paths(schema: dict[str, Any] | str) -> frozenset[str]:
+    """Every field of a Spark schema (its JSON) at any depth, as a path: ``items``,
+    ``items[].sku``, ``attrs{}.unit``. Compared as sets, so the order of a struct's fields,
+    which schema merging may change, does not count; names are lower-cased, as the
+    catalog's. (A field's type cannot change in place: the spec's compatibility check refuses that.)"""
+    node = json.loads(schema) if isinstance(schema, str) else schema
+    found: set[str] = set()
+
+    def walk(t: Any, path: str) -> None:
+        if path:
+            found.add(path)
+        if not isinstance(t, dict):
+            return
+        if t.get("type") == "struct":
+            for f in t["fields"]:
+                walk(f["type"], f"{path}.{f['name'].lower()}" if path else f["name"].lower())
+        elif t.get("type") == "array":
+            walk(t["elementType"], f"{path}[]")
+        elif t.get("type") == "map":
+            walk(t["valueType"], f"{path}{{}}")
+
+    walk(node, "")
+    return frozenset(found)
 
 
 def database_statement() -> str:

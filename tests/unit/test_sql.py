@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from sluice.errors import InvalidInput
 from sluice.sql import passwords
-from sluice.sql.catalog import CatalogTable, literal
+from sluice.sql.catalog import CatalogTable, field_paths, literal
 from sluice.sql.client import Result, as_csv, as_json, server_message
 from sluice.sql.settings import Endpoint, metastore_conf, metastore_password
 from sluice.sql.shell import CANCEL, Shell, meta_sql, statements
@@ -179,3 +179,15 @@ def test_the_metastore_password_comes_from_a_file_only(tmp_path: Path, monkeypat
     monkeypatch.setenv("SLUICE_METASTORE_PASSWORD", "s3cret")
     with pytest.raises(InvalidInput, match="SLUICE_METASTORE_PASSWORD_FILE"):
         metastore_conf(tmp_path)
+
+
+def test_field_paths_see_nested_fields_in_any_order() -> None:
+    def struct(*fields: tuple[str, object]) -> dict[str, object]:
+        return {"type": "struct", "fields": [{"name": n, "type": t} for n, t in fields]}
+
+    tags = {"type": "array", "elementType": struct(("k", "string"), ("V", "string"))}
+    attrs = {"type": "map", "keyType": "string", "valueType": struct(("unit", "string"))}
+    paths = field_paths(struct(("id", "string"), ("tags", tags), ("attrs", attrs)))
+    assert paths == {"id", "tags", "tags[]", "tags[].k", "tags[].v", "attrs", "attrs{}", "attrs{}.unit"}
+    reordered = {"type": "array", "elementType": struct(("V", "string"), ("k", "string"))}
+    assert field_paths(struct(("tags", reordered), ("id", "string"), ("attrs", attrs))) == paths
