@@ -2,10 +2,15 @@
 Delta table (``$SLUICE_HOME/tables/_sluice_events``, ``sluice.sluice_events`` in the catalog).
 
 The listener only collects rows: Spark calls it on its listener thread, where starting a
-Spark job could wait on the query it reports. The job's main loop writes what was
-collected (:meth:`EventLog.flush`) every ``SLUICE_EVENTS_FLUSH_SECONDS`` (30 s) and when
-the query ends. Rows are appended without a transaction id: a row repeated after a crash
-is a monitoring row seen twice, never a data row.
+Spark job could wait on the query it reports. Each row goes to a spool file on the driver
+(``run/<pipeline>/events.jsonl``) at once, so a crash loses none; the job's main loop
+writes what the spool holds (:meth:`EventLog.flush`) every ``SLUICE_EVENTS_FLUSH_SECONDS``
+(30 s), when the query ends, and at the next start after a crash. Each write is one of
+Delta's idempotent writes (app id: the query's id, version: its newest batch), so rows
+written just before a crash, and still in the spool, are not written twice. A batch that
+Spark replays after a restart reports no progress (SPARK-57438); its row is made from the
+batch's audit (:meth:`EventLog.replayed`). The table compacts its small files itself
+(Delta's auto compaction, set when the table is created).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -25,6 +30,8 @@ from pyspark.sql.streaming import StreamingQueryListener
 from jobs.sinks import COMMIT_RACE_ATTEMPTS, commit_race
 from sluice import config
 from sluice.errors import first_line
+from sluice.records.audit import BatchAudit
+from sluice.records.run import run_dir
 
 log = logging.getLogger("sluice.events")
 
@@ -92,17 +99,35 @@ def progress_row(pipeline: str, progress: Any, counts: dict[int, WriterCounts]) 
     }
 
 
+_TIMES = ("batch_time", "watermark")
+
+
+def _to_json(row: dict[str, Any]) -> str:
+    return json.dumps({k: v.isoformat() if isinstance(v, (datetime, date)) else v for k, v in row.items()})
+
+
+def _from_json(line: str) -> dict[str, Any]:
+    row: dict[str, Any] = json.loads(line)
+    for k in _TIMES:
+        row[k] = datetime.fromisoformat(row[k]) if row.get(k) else None
+    row["date"] = date.fromisoformat(row["date"])
+    return row
+
+
 class EventLog(StreamingQueryListener):
-    """Collects a row per batch of the queries named ``query_name``; writes them on flush."""
+    """Collects a row per batch of the queries named ``query_name`` in a spool; writes them on flush."""
 
     def __init__(self, pipeline: str, query_name: str) -> None:
         self.pipeline, self.query_name = pipeline, query_name
         self.path = config.events_table()
+        self.spool = run_dir(pipeline) / "events.jsonl"
+        self.inflight = run_dir(pipeline) / "events.inflight"
+        self.spool.parent.mkdir(parents=True, exist_ok=True)
         #: batch id -> its counts, filled by a derived pipeline's writer.
         self.counts: dict[int, WriterCounts] = {}
         self.last: dict[str, Any] | None = None
-        self._rows: list[dict[str, Any]] = []
         self._lock = threading.Lock()
+        self._created = False
         self._flushed = time.monotonic()
         self.interval = float(os.environ.get("SLUICE_EVENTS_FLUSH_SECONDS") or 30)
 
@@ -118,8 +143,39 @@ class EventLog(StreamingQueryListener):
         except Exception as exc:  # a monitoring row must never stop the stream
             log.warning("%s: cannot record batch %s: %s", self.pipeline, progress.batchId, first_line(exc))
             return
+        self._append(row)
+
+    def replayed(self, audit: BatchAudit, query_id: str, run_id: str) -> None:
+        """The row of a batch Spark replayed without reporting its progress (SPARK-57438):
+        what its audit knows (rows in, its time); Spark's own metrics stay NULL."""
+        batch_time = datetime.strptime(audit.written_at, "%Y-%m-%dT%H:%M:%SZ") if audit.written_at else None
+        batch_time = batch_time or datetime.now(UTC).replace(tzinfo=None)
+        self._append(
+            {
+                "pipeline": self.pipeline,
+                "query_id": query_id,
+                "run_id": run_id,
+                "batch_id": audit.batch_id,
+                "batch_time": batch_time,
+                "input_rows": audit.records_in,
+                "input_rows_per_second": None,
+                "processed_rows_per_second": None,
+                "watermark": None,
+                "state_rows": None,
+                "state_memory_bytes": None,
+                "rows_dropped_by_watermark": None,
+                "late_rows": 0,
+                "filtered_rows": 0,
+                "duration_ms": {"addBatch": int(audit.seconds * 1000)},
+                "state_operators": "[]",
+                "date": batch_time.date(),
+            }
+        )
+
+    def _append(self, row: dict[str, Any]) -> None:
         with self._lock:
-            self._rows.append(row)
+            with self.spool.open("a", encoding="utf-8") as out:
+                out.write(_to_json(row) + "\n")
             self.last = row
 
     def wait_for(self, batch_id: int | None, timeout: float = 5.0) -> None:
@@ -139,21 +195,71 @@ class EventLog(StreamingQueryListener):
         pass
 
     def flush(self, spark: SparkSession, force: bool = False) -> int:
-        """Append the collected rows (when ``force`` or the interval has passed); how many."""
+        """Append the spooled rows (when ``force`` or the interval has passed); how many.
+
+        The rows a flush takes, and the version each query's rows are written with, are
+        recorded first (``events.inflight``): a flush a crash interrupted is done again with
+        exactly those, so Delta skips what it had committed and nothing is written twice."""
         if not force and time.monotonic() - self._flushed < self.interval:
             return 0
-        with self._lock:
-            rows, self._rows = self._rows, []
         self._flushed = time.monotonic()
-        if not rows:
+        with self._lock:
+            lines = self.spool.read_text(encoding="utf-8").splitlines() if self.spool.exists() else []
+        taken = json.loads(self.inflight.read_text(encoding="utf-8")) if self.inflight.exists() else None
+        if taken is None:
+            rows = [_from_json(line) for line in lines]
+            versions = {r["query_id"]: max(x["batch_id"] for x in rows if x["query_id"] == r["query_id"]) for r in rows}
+            taken = {"lines": len(lines), "versions": versions}
+            if not rows:
+                return 0
+            self.inflight.write_text(json.dumps(taken), encoding="utf-8")
+        rows = [_from_json(line) for line in lines[: taken["lines"]]]
+        try:
+            self._create(spark)
+            for query_id, version in sorted(taken["versions"].items()):
+                self._write(spark, [r for r in rows if r["query_id"] == query_id], query_id, version)
+        except Exception as exc:  # a monitoring row must never stop the stream: they stay spooled
+            log.warning("%s: %d event-log rows not written yet: %s", self.pipeline, len(rows), first_line(exc))
             return 0
+        with self._lock:  # rows spooled meanwhile stay for the next flush
+            rest = self.spool.read_text(encoding="utf-8").splitlines()[taken["lines"] :]
+            self.spool.write_text("".join(line + "\n" for line in rest), encoding="utf-8")
+        self.inflight.unlink()
+        return len(rows)
+
+    def _write(self, spark: SparkSession, rows: list[dict[str, Any]], query_id: str, version: int) -> None:
         df = spark.createDataFrame(rows, SCHEMA)
         for attempt in range(1, COMMIT_RACE_ATTEMPTS + 1):
             try:
-                df.write.format("delta").mode("append").partitionBy("date").save(self.path)
-                return len(rows)
+                (
+                    df.write.format("delta")
+                    .mode("append")
+                    .partitionBy("date")
+                    .option("txnAppId", f"sluice-events-{query_id}")
+                    .option("txnVersion", str(version))
+                    .save(self.path)
+                )
+                return
             except Exception as exc:
                 if commit_race(exc) is None or attempt == COMMIT_RACE_ATTEMPTS:
-                    log.warning("%s: %d event-log rows not written: %s", self.pipeline, len(rows), first_line(exc))
-                    return 0
-        return 0
+                    raise
+
+    def _create(self, spark: SparkSession) -> None:
+        """Create the table with auto compaction on, once: every stream appends a few rows a
+        batch, thousands of small files a day otherwise."""
+        if self._created:
+            return
+        from delta.tables import DeltaTable
+
+        if not DeltaTable.isDeltaTable(spark, self.path):
+            try:
+                builder = (
+                    DeltaTable.createIfNotExists(spark)
+                    .location(self.path)
+                    .addColumns(spark.createDataFrame([], SCHEMA).schema)
+                )
+                builder.partitionedBy("date").property("delta.autoOptimize.autoCompact", "true").execute()
+            except Exception as exc:
+                if commit_race(exc) is None:  # another stream created it first: fine
+                    raise
+        self._created = True

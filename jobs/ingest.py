@@ -49,7 +49,7 @@ from jobs.lifecycle import configure_logging, stop_on_signals
 from jobs.parse import REASON, flat_rows, for_split, parse, quarantine_rows, read_kafka, rescued_paths
 from jobs.sinks import BatchSink, log_growth, table_shape
 from jobs.status import StatusReporter, run_summary
-from sluice.errors import root_cause
+from sluice.errors import first_line, root_cause
 from sluice.records import checkpoint, locks
 from sluice.records.audit import BatchAudit
 from sluice.records.audit import file_name as audit_file
@@ -426,6 +426,8 @@ def _run(
             return error
         restarts += 1
         log.warning("%s: restarting from the checkpoint after SPARK-57438 (replayed batch committed)", pipeline.name)
+        if backfill is None:
+            record_replayed(spark, pipeline, events, query)
 
 
 def replay_planned_batch(
@@ -448,8 +450,26 @@ def replay_planned_batch(
     query = start(spark, previous, available_now=True, stop=done, until=batch)
     run_until_stopped(query, done, reporter=reporter, events=events, spark=spark)
     error: Exception | None = query.exception()
-    # SPARK-57438 strikes the first batch replayed after a restart, once it has committed.
-    return None if error is None or STOP_MARKER in str(error) or _SPARK_57438 in str(error) else error
+    if error is not None and _SPARK_57438 in str(error):
+        # It strikes the first batch replayed after a restart, once it has committed.
+        record_replayed(spark, previous, events, query)
+        return None
+    return None if error is None or STOP_MARKER in str(error) else error
+
+
+def record_replayed(spark: SparkSession, pipeline: Pipeline, events: EventLog, query: StreamingQuery) -> None:
+    """The event-log row of the batch SPARK-57438 kept from reporting its progress: the last
+    committed one, from its audit."""
+    cp = pipeline.checkpoint_path.rstrip("/")
+    batch = checkpoint.last_batch(hadoopfs.list_names(spark, f"{cp}/commits"))
+    if batch is None or (events.last is not None and events.last["batch_id"] >= batch):
+        return
+    try:
+        audit = BatchAudit.from_json(hadoopfs.read_text(spark, f"{pipeline.audit_path}/{audit_file(batch)}"))
+    except Exception as exc:  # a monitoring row must never stop the stream
+        log.warning("%s: no event-log row for replayed batch %d: %s", pipeline.name, batch, first_line(exc))
+        return
+    events.replayed(audit, str(query.id), str(query.runId))
 
 
 def main(argv: list[str] | None = None) -> int:

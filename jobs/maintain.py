@@ -23,6 +23,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from jobs.lifecycle import configure_logging
+from sluice import config
 from sluice.spec import Pipeline, SpecError, load_pipeline
 
 log = logging.getLogger("sluice.maintain")
@@ -71,6 +72,12 @@ def maintain(spark: SparkSession, pipeline: Pipeline, today: dt.date | None = No
             m.vacuum_retain_hours,
         )
         done.append(result)
+    # The event log every stream appends to compacts itself (auto compaction); the files that
+    # compaction replaced are deleted here, by whichever pipeline's maintenance runs.
+    events = config.events_table()
+    if DeltaTable.isDeltaTable(spark, events):
+        DeltaTable.forPath(spark, events).vacuum(float(m.vacuum_retain_hours))
+        log.info("%s: VACUUM RETAIN %d HOURS", events, m.vacuum_retain_hours)
     return done
 
 

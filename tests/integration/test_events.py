@@ -1,0 +1,56 @@
+"""The event log's writes (jobs/events.py) on real Spark and Delta, read back with delta-rs:
+rows spooled before a crash are written once, also when the crash cut a write short."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jobs.events import EventLog
+from sluice.records.audit import BatchAudit
+from tests.fixtures import read_without_spark
+
+pytestmark = pytest.mark.integration
+
+
+class Crash(BaseException):
+    """The driver dies: nothing of the job's own error handling runs."""
+
+
+def batch(n: int) -> BatchAudit:
+    return BatchAudit("ev_crash", n, 10 + n, 10 + n, 0, 10 + n, seconds=0.5, written_at="2026-11-23T10:00:00Z")
+
+
+def test_a_flush_a_crash_cut_short_is_done_again_without_writing_a_row_twice(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table = tmp_path / "events"
+    monkeypatch.setenv("SLUICE_EVENTS_TABLE", str(table))
+    first = EventLog("ev_crash", "ev_crash")
+    for n in range(3):
+        first.replayed(batch(n), "query-1", "run-1")
+    written = EventLog._write
+
+    def commit_then_die(self: EventLog, *args: Any) -> None:
+        written(self, *args)  # Delta has committed the rows ...
+        raise Crash  # ... and the driver dies before the spool is cut
+
+    monkeypatch.setattr(EventLog, "_write", commit_then_die)
+    with pytest.raises(Crash):
+        first.flush(spark, force=True)
+    monkeypatch.setattr(EventLog, "_write", written)
+
+    after = EventLog("ev_crash", "ev_crash")  # the restarted driver's
+    after.replayed(batch(3), "query-1", "run-2")
+    assert after.flush(spark, force=True) == 3  # the cut flush, again: Delta skips it
+    assert after.flush(spark, force=True) == 1
+    rows = read_without_spark("delta", str(table), ["batch_id", "input_rows", "run_id"]).to_pylist()
+    assert sorted((r["batch_id"], r["input_rows"], r["run_id"]) for r in rows) == [
+        (0, 10, "run-1"),
+        (1, 11, "run-1"),
+        (2, 12, "run-1"),
+        (3, 13, "run-2"),
+    ]
+    assert after.flush(spark, force=True) == 0 and not after.spool.read_text()
