@@ -10,6 +10,7 @@ import logging
 import os
 import signal
 import threading
+from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -38,8 +39,11 @@ class StopRequested(RuntimeError):
 STOP_MARKER = "sluice: stop requested"
 # Spark (and py4j, on the Python side) log the end of a query whose batch raised as an
 # error, with a trace; for a stop that is noise, so the job turns those loggers off just
-# before it declines the batch. The process ends right after.
+# before it declines the batch, and back on (restore_query_logging) when a query follows,
+# as after a replay.
 _QUERY_LOGGER = "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution"
+_PY4J_LOGGER = "py4j.clientserver"
+_quieted: list[Any] = []  # the levels before: log4j's and Python's
 
 
 def kill_if_asked(pipeline: Pipeline, batch_id: int) -> None:
@@ -60,11 +64,28 @@ def decline_if_stopping(spark: SparkSession, pipeline: Pipeline, stop: threading
     )
     jvm = spark._jvm
     assert jvm is not None
+    if not _quieted:
+        _quieted[:] = [
+            jvm.org.apache.logging.log4j.LogManager.getLogger(_QUERY_LOGGER).getLevel(),
+            logging.getLogger(_PY4J_LOGGER).level,
+        ]
     jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
         _QUERY_LOGGER, jvm.org.apache.logging.log4j.Level.OFF
     )
-    logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)  # it logs the raise with a trace
+    logging.getLogger(_PY4J_LOGGER).setLevel(logging.CRITICAL)  # it logs the raise with a trace
     raise StopRequested(f"{STOP_MARKER} before batch {batch_id}")
+
+
+def restore_query_logging(spark: SparkSession) -> None:
+    """Undo what :func:`decline_if_stopping` turned off, for the query that follows."""
+    if not _quieted:
+        return
+    jvm = spark._jvm
+    assert jvm is not None
+    log4j_level, py4j_level = _quieted
+    jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(_QUERY_LOGGER, log4j_level)
+    logging.getLogger(_PY4J_LOGGER).setLevel(py4j_level)
+    _quieted.clear()
 
 
 def query_id(spark: SparkSession, pipeline: Pipeline) -> str:

@@ -5,12 +5,12 @@ The listener only collects rows: Spark calls it on its listener thread, where st
 Spark job could wait on the query it reports. Each row goes to a spool file on the driver
 (``run/<pipeline>/events.jsonl``) at once, so a crash loses none; the job's main loop
 writes what the spool holds (:meth:`EventLog.flush`) every ``SLUICE_EVENTS_FLUSH_SECONDS``
-(30 s), when the query ends, and at the next start after a crash. Each write is one of
-Delta's idempotent writes (app id: the query's id, version: its newest batch), so rows
-written just before a crash, and still in the spool, are not written twice. A batch that
+(30 s), when the query ends, and before the next query starts. Each write is one of
+Delta's idempotent writes (app id: the query's id, version: its newest batch in the
+write), so a write a crash interrupted is done again without writing a row twice. A batch that
 Spark replays after a restart reports no progress (SPARK-57438); its row is made from the
-batch's audit (:meth:`EventLog.replayed`). The table compacts its small files itself
-(Delta's auto compaction, set when the table is created).
+batch's audit (:meth:`EventLog.replayed`). A table this job creates compacts its small
+files itself (Delta's auto compaction); one created before that does not.
 """
 
 from __future__ import annotations
@@ -174,8 +174,11 @@ class EventLog(StreamingQueryListener):
 
     def _append(self, row: dict[str, Any]) -> None:
         with self._lock:
-            with self.spool.open("a", encoding="utf-8") as out:
-                out.write(_to_json(row) + "\n")
+            with self.spool.open("a+b") as out:
+                end = out.seek(0, os.SEEK_END)
+                if end and out.seek(end - 1) is not None and out.read(1) != b"\n":
+                    out.write(b"\n")  # a line a killed driver cut short stays on its own
+                out.write(_to_json(row).encode() + b"\n")
             self.last = row
 
     def wait_for(self, batch_id: int | None, timeout: float = 5.0) -> None:
@@ -197,35 +200,43 @@ class EventLog(StreamingQueryListener):
     def flush(self, spark: SparkSession, force: bool = False) -> int:
         """Append the spooled rows (when ``force`` or the interval has passed); how many.
 
-        The rows a flush takes, and the version each query's rows are written with, are
-        recorded first (``events.inflight``): a flush a crash interrupted is done again with
-        exactly those, so Delta skips what it had committed and nothing is written twice."""
+        A flush first renames the spool to ``events.inflight`` (atomically, so rows seen
+        meanwhile go to a new spool) and deletes that file once Delta has committed its rows.
+        A flush a crash interrupted finds the same file at the next one and writes the same
+        rows with the same versions, which Delta skips where it had committed them."""
         if not force and time.monotonic() - self._flushed < self.interval:
             return 0
         self._flushed = time.monotonic()
-        with self._lock:
-            lines = self.spool.read_text(encoding="utf-8").splitlines() if self.spool.exists() else []
-        taken = json.loads(self.inflight.read_text(encoding="utf-8")) if self.inflight.exists() else None
-        if taken is None:
-            rows = [_from_json(line) for line in lines]
-            versions = {r["query_id"]: max(x["batch_id"] for x in rows if x["query_id"] == r["query_id"]) for r in rows}
-            taken = {"lines": len(lines), "versions": versions}
-            if not rows:
-                return 0
-            self.inflight.write_text(json.dumps(taken), encoding="utf-8")
-        rows = [_from_json(line) for line in lines[: taken["lines"]]]
-        try:
-            self._create(spark)
-            for query_id, version in sorted(taken["versions"].items()):
-                self._write(spark, [r for r in rows if r["query_id"] == query_id], query_id, version)
-        except Exception as exc:  # a monitoring row must never stop the stream: they stay spooled
-            log.warning("%s: %d event-log rows not written yet: %s", self.pipeline, len(rows), first_line(exc))
-            return 0
-        with self._lock:  # rows spooled meanwhile stay for the next flush
-            rest = self.spool.read_text(encoding="utf-8").splitlines()[taken["lines"] :]
-            self.spool.write_text("".join(line + "\n" for line in rest), encoding="utf-8")
-        self.inflight.unlink()
-        return len(rows)
+        written = 0
+        for _ in range(2):  # what a crashed flush left, then what is spooled now
+            with self._lock:
+                if not self.inflight.exists():
+                    if not self.spool.exists() or not self.spool.stat().st_size:
+                        return written
+                    os.replace(self.spool, self.inflight)
+            try:
+                rows = self._taken()
+                if rows:
+                    self._create(spark)
+                for query_id in sorted({r["query_id"] for r in rows}):
+                    mine = [r for r in rows if r["query_id"] == query_id]
+                    self._write(spark, mine, query_id, max(r["batch_id"] for r in mine))
+            except Exception as exc:  # a monitoring row must never stop the stream: they stay spooled
+                log.warning("%s: event-log rows not written yet: %s", self.pipeline, first_line(exc))
+                return written
+            self.inflight.unlink()
+            written += len(rows)
+        return written
+
+    def _taken(self) -> list[dict[str, Any]]:
+        """The rows of ``events.inflight``; a line a kill cut short is left out, and said so."""
+        rows = []
+        for line in self.inflight.read_text(encoding="utf-8").splitlines():
+            try:
+                rows.append(_from_json(line))
+            except (ValueError, KeyError, TypeError):
+                log.warning("%s: an event-log row cut short by a crash is left out: %.80s", self.pipeline, line)
+        return rows
 
     def _write(self, spark: SparkSession, rows: list[dict[str, Any]], query_id: str, version: int) -> None:
         df = spark.createDataFrame(rows, SCHEMA)

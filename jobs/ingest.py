@@ -42,6 +42,7 @@ from jobs.batches import (
     clear_unfinished_writes,
     decline_if_stopping,
     kill_if_asked,
+    restore_query_logging,
     table_sinks,
 )
 from jobs.events import EventLog
@@ -227,8 +228,8 @@ def check_split(spark: SparkSession, pipeline: Pipeline) -> None:
     restart replays it, skipping the table that already has its part. If the schema, the
     event-time rules or a dropping row rule changed meanwhile, a record could then land in
     both tables or in neither: the stream replays such a batch under the spec it was planned
-    with first (:func:`planned_under`), so this refuses only where that spec is not recorded
-    (a backfill's checkpoint, or one from before specs were recorded). A planned batch that
+    with first (:func:`planned_under`), so this refuses only a backfill (never replayed under
+    another spec) or a checkpoint from before specs were recorded. A planned batch that
     wrote nothing (it failed a ``fail`` rule, or declined to start after a stop request)
     runs under the new split: that is how changing a rule gets a stream past a batch it failed on.
     """
@@ -367,6 +368,7 @@ def run(
     stop = stop or threading.Event()
     events = EventLog(pipeline.name, pipeline.name)
     if backfill is None:
+        events.flush(spark, force=True)  # rows a crash left in the spool
         spark.streams.addListener(events)
         if reporter is not None:
             reporter.counts = events.counts
@@ -449,6 +451,7 @@ def replay_planned_batch(
     done = threading.Event()
     query = start(spark, previous, available_now=True, stop=done, until=batch)
     run_until_stopped(query, done, reporter=reporter, events=events, spark=spark)
+    restore_query_logging(spark)  # the query that follows reports its own errors in full
     error: Exception | None = query.exception()
     if error is not None and _SPARK_57438 in str(error):
         # It strikes the first batch replayed after a restart, once it has committed.
@@ -517,16 +520,16 @@ def drive(
 ) -> int:
     """Run the stream (or backfill) until it ends or SIGTERM/Ctrl-C stops it; the exit code."""
     spark = SparkSession.builder.appName(f"sluice-{pipeline.name}").getOrCreate()
-    if rebuild:
-        if not pipeline.derived or pipeline.upstream is None or backfill is not None:
-            log.error("%s: only a pipeline that reads another pipeline's table is rebuilt", pipeline.name)
-            return 2
-        derive.rebuild(spark, pipeline)
+    if rebuild and (not pipeline.derived or pipeline.upstream is None or backfill is not None):
+        log.error("%s: only a pipeline that reads another pipeline's table is rebuilt", pipeline.name)
+        return 2
     reporter = StatusReporter(spark, pipeline.name) if backfill is None else None
     if reporter is not None:
         reporter.report("starting")
     stop = stop_on_signals(log)
     try:
+        if rebuild:
+            derive.rebuild(spark, pipeline)
         if pipeline.derived and backfill is not None:
             raise BackfillRefused(
                 f"{pipeline.name} keeps event-time state: a backfill beside the stream would build its own "
@@ -552,6 +555,11 @@ def drive(
             reporter.failed(spark, pipeline.checkpoint_path, str(exc))
         log.error("%s", exc)
         return 3
+    except Exception as exc:  # anything else: said in one line, and counted, as a failed query is
+        if reporter is not None:
+            reporter.failed(spark, pipeline.checkpoint_path, str(exc))
+        log.exception("%s failed: %s", pipeline.name, root_cause(str(exc)))
+        return 1
     if error is not None:
         # The whole trace is in this log already, where Spark reported the query's end.
         log.error("%s failed: %s", pipeline.name, root_cause(str(error)))

@@ -72,12 +72,19 @@ class StatusReporter:
         self.name, self.app_id, self.ui = name, sc.applicationId, sc.uiWebUrl
         #: batch id -> its counts, from a derived pipeline's writer (see jobs.events).
         self.counts: dict[int, WriterCounts] = {}
+        failures = Failures.read(name)
+        #: The batch earlier runs failed on: once this run gets past it, they are forgotten.
+        self.failed_batch = failures.batch if failures else None
 
     def report(self, state: str, query: StreamingQuery | None = None, error: str | None = None) -> None:
         status = Status(self.name, state, os.getpid(), time.time(), self.app_id, ui=self.ui, error=error)
         if query is not None:
             status.query_id, status.run_id = str(query.id), str(query.runId)
             status.last_progress = _progress_summary(query.lastProgress, self.counts)
+            done = query.lastProgress["batchId"] if query.lastProgress else None
+            if self.failed_batch is not None and done is not None and int(done) >= self.failed_batch:
+                Failures.clear(self.name)
+                self.failed_batch = None
         status.save()
 
     def failed(self, spark: SparkSession, checkpoint_path: str, error: str, query: StreamingQuery | None = None) -> str:
@@ -85,7 +92,11 @@ class StatusReporter:
         next (supervision stops restarting after too many in a row); the cause's one line."""
         cause = root_cause(error)
         self.report("failed", query, cause)
-        Failures.record(self.name, next_batch(spark, checkpoint_path), cause)
+        try:
+            batch = next_batch(spark, checkpoint_path)
+        except Exception:  # the checkpoint cannot be listed (the reason it failed?): count it anyway
+            batch = -1
+        self.failed_batch = Failures.record(self.name, batch, cause).batch
         return cause
 
 

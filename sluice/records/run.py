@@ -95,6 +95,10 @@ class Status:
         write_json(run_dir(self.pipeline) / name, asdict(self))
 
 
+#: Failures further apart than this (seconds) are not "in a row".
+FORGET_AFTER = 3600.0
+
+
 @dataclass
 class Failures:
     """How many runs in a row failed on the same batch (``failures.json``), and why.
@@ -117,10 +121,12 @@ class Failures:
 
     @classmethod
     def record(cls, pipeline: str, batch: int, cause: str, now: float | None = None) -> Self:
-        """Count one more failure: the next in a row on ``batch``, or the first on a new one."""
+        """Count one more failure: the next in a row on ``batch``, or the first on a new one.
+        A failure long after the last one starts counting again: an idle stream that meets a
+        passing outage now and then, on the same next batch, is not failing in a loop."""
         now = time.time() if now is None else now
         last = cls.read(pipeline)
-        if last is not None and last.batch == batch:
+        if last is not None and last.batch == batch and now - last.last_at <= FORGET_AFTER:
             failures = cls(pipeline, batch, last.count + 1, cause, last.first_at, now)
         else:
             failures = cls(pipeline, batch, 1, cause, now, now)

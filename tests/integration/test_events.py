@@ -41,11 +41,13 @@ def test_a_flush_a_crash_cut_short_is_done_again_without_writing_a_row_twice(
     with pytest.raises(Crash):
         first.flush(spark, force=True)
     monkeypatch.setattr(EventLog, "_write", written)
+    with first.spool.open("a") as spool:  # and a row the kill cut short, mid-line
+        spool.write('{"pipeline": "ev_crash", "query_id": "query-1", "batch_')
 
     after = EventLog("ev_crash", "ev_crash")  # the restarted driver's
     after.replayed(batch(3), "query-1", "run-2")
-    assert after.flush(spark, force=True) == 3  # the cut flush, again: Delta skips it
-    assert after.flush(spark, force=True) == 1
+    # The cut flush's 3 rows again (Delta skips them: committed), then the new one.
+    assert after.flush(spark, force=True) == 4
     rows = read_without_spark("delta", str(table), ["batch_id", "input_rows", "run_id"]).to_pylist()
     assert sorted((r["batch_id"], r["input_rows"], r["run_id"]) for r in rows) == [
         (0, 10, "run-1"),
@@ -53,4 +55,4 @@ def test_a_flush_a_crash_cut_short_is_done_again_without_writing_a_row_twice(
         (2, 12, "run-1"),
         (3, 13, "run-2"),
     ]
-    assert after.flush(spark, force=True) == 0 and not after.spool.read_text()
+    assert after.flush(spark, force=True) == 0 and not after.spool.exists() and not after.inflight.exists()

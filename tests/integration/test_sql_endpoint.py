@@ -174,6 +174,7 @@ ESCAPES = [
     "SET spark.sql.catalog.mine=org.apache.spark.sql.execution.datasources.v2.jdbc.JDBCTableCatalog",
     "SET spark.sluice.sql.allowWrites=true",
     "SET spark.sql.warehouse.dir={folder}",
+    "BEGIN SET spark.sql.catalog.mine = 'x'; SELECT 1; END",
     "DESCRIBE HISTORY delta.`{outside}`",
     "DESCRIBE DETAIL delta.`{outside}`",
 ]

@@ -20,7 +20,7 @@ from sluice.errors import AlreadyRunning, InvalidInput, JobFailed, NothingToDo, 
 from sluice.ops import backfill, publish, stream, validate
 from sluice.records.audit import BatchAudit, file_name
 from sluice.records.backfill import BackfillPlan
-from sluice.records.run import Driver, Failures, Status
+from sluice.records.run import FORGET_AFTER, Driver, Failures, Status
 from sluice.spec import Pipeline, load_pipeline
 from tests.derived_tables import derived_spec
 from tests.fixtures import make_pipeline
@@ -167,6 +167,14 @@ def test_a_crash_loop_backs_off_then_stops_restarting_and_is_unhealthy_until_a_p
     stream.start(pipeline, FakeTarget(home), by="test")
     assert Failures.read(pipeline.name) is None and stream.status(pipeline, no_lag).healthy
     stream.stop(pipeline, by="test", timeout=5)
+
+
+def test_failures_in_a_row_are_on_one_batch_and_close_together(home: Path) -> None:
+    assert Failures.record("p", 2, "boom", now=0).count == 1
+    assert Failures.record("p", 2, "boom", now=100).count == 2
+    assert Failures.record("p", 3, "other", now=200).count == 1  # another batch: it got past 2
+    # An idle stream meeting a passing outage now and then is not in a loop.
+    assert Failures.record("p", 3, "other", now=200 + FORGET_AFTER + 1).count == 1
 
 
 def test_only_a_pipeline_derived_from_a_table_is_rebuilt(home: Path, pipeline: Pipeline) -> None:

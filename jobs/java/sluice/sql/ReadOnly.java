@@ -144,6 +144,7 @@ public final class ReadOnly implements Function1<SparkSessionExtensions, BoxedUn
       if (plan instanceof ScriptTransformation) {
         refuse("SELECT TRANSFORM runs a program on the server");
       }
+      set(plan);
       if (plan instanceof ResolvedTable) {
         resolved((ResolvedTable) plan);
       }
@@ -289,11 +290,12 @@ public final class ReadOnly implements Function1<SparkSessionExtensions, BoxedUn
     }
 
     private LogicalPlan checked(LogicalPlan plan) {
-      if (guarded() && plan instanceof SetCommand) {
-        Option<scala.Tuple2<String, Option<String>>> kv = ((SetCommand) plan).kv();
-        if (kv.isDefined() && kv.get()._2().isDefined() && !SETTINGS.contains(kv.get()._1())) {
-          refuse("SET " + kv.get()._1() + ": clients may set only " + String.join(", ", new TreeSet<>(SETTINGS)));
+      if (guarded()) {
+        if (plan.getClass().getSimpleName().equals("CompoundBody")) {
+          // A script's statements run without being parsed again, past this guard.
+          refuse("SQL scripts (BEGIN ... END) are not allowed; send one statement at a time");
         }
+        set(plan);
       }
       return plan;
     }
@@ -349,6 +351,16 @@ public final class ReadOnly implements Function1<SparkSessionExtensions, BoxedUn
     @Override
     public DataType parseDataType(String sql) throws ParseException {
       return delegate.parseDataType(sql);
+    }
+  }
+
+  /** A SET of a setting off the allow-list is refused (when parsed, and again when analysed). */
+  private static void set(LogicalPlan plan) {
+    if (plan instanceof SetCommand) {
+      Option<scala.Tuple2<String, Option<String>>> kv = ((SetCommand) plan).kv();
+      if (kv.isDefined() && kv.get()._2().isDefined() && !SETTINGS.contains(kv.get()._1())) {
+        refuse("SET " + kv.get()._1() + ": clients may set only " + String.join(", ", new TreeSet<>(SETTINGS)));
+      }
     }
   }
 
