@@ -21,10 +21,11 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs import hadoopfs
+from jobs.batches import last_committed
 from jobs.sinks import read_table
 from sluice.ops.backfill import refused_all
 from sluice.records.backfill import BackfillPlan, describe, size
-from sluice.records.checkpoint import last_batch, parse_offsets
+from sluice.records.checkpoint import parse_offsets
 from sluice.spec import Pipeline
 
 log = logging.getLogger("sluice.backfill")
@@ -70,7 +71,7 @@ class BackfillRefused(ValueError):
 
 def stream_committed(spark: SparkSession, checkpoint: str) -> dict[str, dict[int, int]]:
     """The live stream's committed end offsets, read through Hadoop (any filesystem)."""
-    last = last_batch(hadoopfs.list_names(spark, f"{checkpoint}/commits"))
+    last = last_committed(spark, checkpoint)
     if last is None:
         return {}
     return parse_offsets(hadoopfs.read_text(spark, f"{checkpoint}/offsets/{last}"))

@@ -16,6 +16,7 @@ from pyspark.sql import SparkSession
 
 from jobs import hadoopfs
 from jobs.sinks import BatchSink, DeltaSink, ParquetSink, table_exists
+from sluice.records import checkpoint
 from sluice.spec import Pipeline
 
 log = logging.getLogger("sluice.batches")
@@ -86,6 +87,11 @@ def restore_query_logging(spark: SparkSession) -> None:
     jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(_QUERY_LOGGER, log4j_level)
     logging.getLogger(_PY4J_LOGGER).setLevel(py4j_level)
     _quieted.clear()
+
+
+def last_committed(spark: SparkSession, checkpoint_path: str) -> int | None:
+    """The newest batch in a checkpoint's commit log (any filesystem), or None."""
+    return checkpoint.last_batch(hadoopfs.list_names(spark, f"{checkpoint_path.rstrip('/')}/commits"))
 
 
 def query_id(spark: SparkSession, pipeline: Pipeline) -> str:

@@ -13,9 +13,8 @@ from collections.abc import Callable
 from pyspark.sql import SparkSession
 
 from jobs import hadoopfs
-from jobs.sinks import committed_files, table_exists
+from jobs.sinks import committed_files, newest_file_schema, table_exists
 from sluice.errors import first_line
-from sluice.records import parquet_log
 from sluice.spec import Pipeline
 from sluice.sql.catalog import CatalogTable, catalog_tables, database_statement, field_paths
 
@@ -52,8 +51,7 @@ def _lacks_columns(spark: SparkSession, table: CatalogTable) -> bool:
     entries = committed_files(spark, table.location)
     if not entries:
         return False
-    newest = field_paths(spark.read.parquet(parquet_log.newest(entries).path).schema.json())  # its footer
-    return bool(missing & newest)
+    return bool(missing & field_paths(newest_file_schema(spark, entries)))
 
 
 def _location(spark: SparkSession, table: CatalogTable) -> str | None:

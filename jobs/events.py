@@ -27,7 +27,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
 
-from jobs.sinks import COMMIT_RACE_ATTEMPTS, commit_race
+from jobs.sinks import DeltaSink, commit_race
 from sluice import config
 from sluice.errors import first_line
 from sluice.records.audit import BatchAudit
@@ -239,21 +239,8 @@ class EventLog(StreamingQueryListener):
         return rows
 
     def _write(self, spark: SparkSession, rows: list[dict[str, Any]], query_id: str, version: int) -> None:
-        df = spark.createDataFrame(rows, SCHEMA)
-        for attempt in range(1, COMMIT_RACE_ATTEMPTS + 1):
-            try:
-                (
-                    df.write.format("delta")
-                    .mode("append")
-                    .partitionBy("date")
-                    .option("txnAppId", f"sluice-events-{query_id}")
-                    .option("txnVersion", str(version))
-                    .save(self.path)
-                )
-                return
-            except Exception as exc:
-                if commit_race(exc) is None or attempt == COMMIT_RACE_ATTEMPTS:
-                    raise
+        # The sinks' idempotent Delta write: each query is a writer, its newest batch the version.
+        DeltaSink(spark, self.path, "date", f"events-{query_id}").write(spark.createDataFrame(rows, SCHEMA), version)
 
     def _create(self, spark: SparkSession) -> None:
         """Create the table with auto compaction on, once: every stream appends a few rows a

@@ -42,6 +42,7 @@ from jobs.batches import (
     clear_unfinished_writes,
     decline_if_stopping,
     kill_if_asked,
+    last_committed,
     restore_query_logging,
     table_sinks,
 )
@@ -237,7 +238,7 @@ def check_split(spark: SparkSession, pipeline: Pipeline) -> None:
     names, pending, began = _split_state(spark, pipeline)
     changed = _changed_split(spark, pipeline, names) if pending is not None else []
     # Checkpoints from before WRITING_FILE existed cannot say: treat the batch as begun.
-    if changed and (began is None or began >= pending):  # type: ignore[operator]
+    if changed and pending is not None and (began is None or began >= pending):
         raise CheckpointMismatch(
             f"{pipeline.name}: batch {pending} was planned, but not committed, under a different "
             f"{' and '.join(changed)}, and this checkpoint does not record that spec. Replaying it with "
@@ -253,7 +254,7 @@ def check_split(spark: SparkSession, pipeline: Pipeline) -> None:
             " and ".join(changed),
         )
     if began is None and pending is None:
-        last = checkpoint.last_batch(hadoopfs.list_names(spark, f"{cp}/commits"))
+        last = last_committed(spark, cp)
         hadoopfs.write_text(spark, f"{cp}/{checkpoint.WRITING_FILE}", str(-1 if last is None else last))
     hadoopfs.write_text(spark, f"{cp}/{checkpoint.SPEC_FILE}", json.dumps(recorded(pipeline), sort_keys=True))
     hadoopfs.write_text(spark, f"{cp}/{checkpoint.SPLIT_FILE}", json.dumps(pipeline.split, sort_keys=True))
@@ -463,8 +464,7 @@ def replay_planned_batch(
 def record_replayed(spark: SparkSession, pipeline: Pipeline, events: EventLog, query: StreamingQuery) -> None:
     """The event-log row of the batch SPARK-57438 kept from reporting its progress: the last
     committed one, from its audit."""
-    cp = pipeline.checkpoint_path.rstrip("/")
-    batch = checkpoint.last_batch(hadoopfs.list_names(spark, f"{cp}/commits"))
+    batch = last_committed(spark, pipeline.checkpoint_path)
     if batch is None or (events.last is not None and events.last["batch_id"] >= batch):
         return
     try:

@@ -224,8 +224,15 @@ def table_shape(spark: SparkSession, fmt: str, path: str) -> compatibility.Shape
     entries = committed_files(spark, path)
     if not entries:
         return None
-    schema = spark.read.parquet(parquet_log.newest(entries).path).schema.json()  # its footer; no partitions
-    return compatibility.shape_from_spark_schema(schema, parquet_log.partition_columns(path, entries))
+    return compatibility.shape_from_spark_schema(
+        newest_file_schema(spark, entries), parquet_log.partition_columns(path, entries)
+    )
+
+
+def newest_file_schema(spark: SparkSession, entries: list[parquet_log.Entry]) -> str:
+    """The schema (Spark's JSON) of the newest file a Parquet table's log lists: its footer,
+    without the partition columns."""
+    return spark.read.parquet(parquet_log.newest(entries).path).schema.json()
 
 
 def log_growth(pipeline: Pipeline, read: compatibility.Reader) -> None:

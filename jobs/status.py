@@ -14,10 +14,9 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from jobs import hadoopfs
+from jobs.batches import last_committed
 from jobs.events import WriterCounts
 from sluice.errors import root_cause
-from sluice.records import checkpoint
 from sluice.records.run import Failures, Status
 
 
@@ -102,5 +101,5 @@ class StatusReporter:
 
 def next_batch(spark: SparkSession, checkpoint_path: str) -> int:
     """The batch a start from this checkpoint runs first: the one after its last commit."""
-    last = checkpoint.last_batch(hadoopfs.list_names(spark, f"{checkpoint_path.rstrip('/')}/commits"))
+    last = last_committed(spark, checkpoint_path)
     return 0 if last is None else last + 1

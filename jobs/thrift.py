@@ -2,7 +2,7 @@
 
 They go through ``spark._jvm`` and ``spark._jsc``, PySpark's private gateway, so they live
 here and nowhere else; ``tests/integration/test_sql_endpoint.py`` starts a real endpoint through them, so a
-PySpark release that moves either fails that test, loudly.
+PySpark release that moves any of them fails that test, loudly.
 """
 
 from __future__ import annotations

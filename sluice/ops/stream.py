@@ -363,10 +363,11 @@ def status(pipeline: Pipeline, offsets: EndOffsets = broker_end_offsets, now: fl
     driver, st = Driver.read(pipeline.name), Status.read(pipeline.name)
     proc = driver_process(pipeline)
     committed = read_committed(pipeline.checkpoint_path)
-    lag, broker_error = None, None
+    lag, broker_error, lag_unit, lag_source = None, None, "records", "Kafka"
     up = pipeline.upstream
     if up is not None:  # it reads a table: its lag is what that table has that it has not read
         lag = upstream_lag(pipeline.checkpoint_path, up.spec.sink.format, up.sink_path)
+        lag_unit, lag_source = "versions" if up.spec.sink.format == "delta" else "files", f"the table of {up.name}"
     else:
         try:
             lag = committed.lag(offsets(pipeline))
@@ -379,17 +380,11 @@ def status(pipeline: Pipeline, offsets: EndOffsets = broker_end_offsets, now: fl
         state=st.state if st else None,
         error=st.error if st else None,
         lag=lag,
+        lag_unit=lag_unit,
+        lag_source=lag_source,
         since_commit=None if committed.committed_at is None else now - committed.committed_at,
         since_start=None if proc is None else now - proc.create_time(),
         since_heartbeat=None if st is None or proc is None else now - st.updated_at,
-        **(
-            {
-                "lag_unit": "versions" if up.spec.sink.format == "delta" else "files",
-                "lag_source": f"the table of {up.name}",
-            }
-            if up is not None
-            else {}
-        ),
         failures=failures.count if failures else 0,
         failed_batch=failures.batch if failures else None,
         since_failure=None if failures is None else now - failures.last_at,

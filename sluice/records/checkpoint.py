@@ -98,16 +98,20 @@ def read_committed(checkpoint: str) -> Committed:
     root = local_dir(checkpoint)
     if root is None:
         raise ValueError(f"{checkpoint} is not on the local filesystem; read its progress from the job's status")
-    last = last_batch([p.name for p in (root / "commits").iterdir()] if (root / "commits").is_dir() else [])
+    last = _last_commit(root)
     if last is None:
         return Committed()
     offsets = parse_offsets((root / "offsets" / str(last)).read_text(encoding="utf-8"))
     return Committed(last, offsets, (root / "commits" / str(last)).stat().st_mtime)
 
 
+def _last_commit(root: Path) -> int | None:
+    return last_batch([p.name for p in (root / "commits").iterdir()] if (root / "commits").is_dir() else [])
+
+
 def _committed_offset(root: Path) -> dict[str, object] | None:
     """The table source's offset at the end of the last committed batch (the third line of its ``offsets/<n>``)."""
-    last = last_batch([p.name for p in (root / "commits").iterdir()] if (root / "commits").is_dir() else [])
+    last = _last_commit(root)
     if last is None:
         return None
     lines = (root / "offsets" / str(last)).read_text(encoding="utf-8").splitlines()[2:]

@@ -59,7 +59,7 @@ def catalog_tables(pipelines: list[Pipeline]) -> list[CatalogTable]:
             continue
         about = " ".join(p.spec.description.split()) or f"Events of the {p.name} pipeline."
         owner = f" Owner: {p.spec.owner}."
-        columns = field_paths({"type": "struct", "fields": [written(c) for c in p.plan.columns]})
+        columns = field_paths({"type": "struct", "fields": [_as_field(c) for c in p.plan.columns]})
         columns |= frozenset(c.lower() for c in expected(p)[0].columns)  # Sluice's own columns too
         tables.append(CatalogTable(p.name, fmt, p.sink_path, about + owner, columns))
         tables.append(
@@ -83,7 +83,7 @@ def catalog_tables(pipelines: list[Pipeline]) -> list[CatalogTable]:
     return tables
 
 
-def written(column: Any) -> dict[str, Any]:
+def _as_field(column: Any) -> dict[str, Any]:
     """A planned output column as a field of Spark's schema JSON."""
     return {"name": column.name, "type": column.type.to_json(), "nullable": True, "metadata": {}}
 

@@ -95,7 +95,7 @@ def metastore_conf(home: Path | None = None) -> dict[str, str]:
         }
     if not url.startswith("jdbc:postgresql://"):
         raise InvalidInput(f"SLUICE_METASTORE_URL must be a jdbc:postgresql:// URL, not {url!r}")
-    metastore_password()  # refuses a password in the environment before anything starts
+    _no_password_in_environment()  # before anything starts; the file is the driver's to read
     return conf | {
         # DataNucleus creates the metastore's tables as it first needs each one, on a second
         # connection; adding a foreign key to a table the first connection is writing then
@@ -113,11 +113,7 @@ def metastore_password() -> str | None:
     """The PostgreSQL metastore's password, from ``SLUICE_METASTORE_PASSWORD_FILE`` (None: no
     password). Read by the Spark driver itself (see ``jobs/thrift.py``), so that it appears on
     no command line, in no run record and in no setting a client's session could show."""
-    if os.environ.get("SLUICE_METASTORE_PASSWORD"):
-        raise InvalidInput(
-            "SLUICE_METASTORE_PASSWORD would put the metastore's password on the Spark command line: "
-            "write it to a file only you can read and set SLUICE_METASTORE_PASSWORD_FILE to it"
-        )
+    _no_password_in_environment()
     path = os.environ.get("SLUICE_METASTORE_PASSWORD_FILE")
     if not path:
         return None
@@ -125,6 +121,14 @@ def metastore_password() -> str | None:
         return Path(path).read_text(encoding="utf-8").rstrip("\r\n")
     except OSError as exc:
         raise InvalidInput(f"SLUICE_METASTORE_PASSWORD_FILE: cannot read {path}: {exc.strerror}") from None
+
+
+def _no_password_in_environment() -> None:
+    if os.environ.get("SLUICE_METASTORE_PASSWORD"):
+        raise InvalidInput(
+            "SLUICE_METASTORE_PASSWORD would put the metastore's password on the Spark command line: "
+            "write it to a file only you can read and set SLUICE_METASTORE_PASSWORD_FILE to it"
+        )
 
 
 def metastore_name() -> str:

@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -61,24 +62,36 @@ def wait_until(condition: Callable[[], bool], proc: subprocess.Popen[bytes], log
         time.sleep(0.2)
 
 
+def crash_settings(fmt: str) -> dict[str, Any]:
+    """Small batches, so that 180 records make batches 0-2 and the kill meets batch 1."""
+    return {
+        "sink": {"format": fmt},
+        "source": {"max_offsets_per_trigger": 60},
+        "trigger": {"processing_time": "200 milliseconds"},
+    }
+
+
+def crash_in_batch_1(pipeline: Pipeline, log: Path, env: dict[str, str] | None = None) -> None:
+    """Run the stream until batch 1's tables are written, and SIGKILL it before Spark logs
+    that batch committed: the crash that tests exactly-once hardest."""
+    crashed = launch(pipeline, log, env=(env or {}) | {KILL_AFTER_WRITING: "1"})
+    assert crashed.wait(timeout=300) == -signal.SIGKILL, log.read_text()[-3000:]
+    checkpoint = Path(pipeline.checkpoint_path)
+    assert (checkpoint / "offsets" / "1").exists() and not (checkpoint / "commits" / "1").exists()
+
+
 @pytest.mark.parametrize("fmt", ["delta", "parquet"])
 def test_renamed_after_a_crash_between_write_and_commit_repeats_nothing(spark, broker, tmp_path, fmt) -> None:
     # Killed right after batch 1's tables are written, before Spark logs it committed, then
     # restarted with only `name:` changed: the replayed batch 1 must be found written.
     topic = new_topic(broker, partitions=2)
-    settings = {
-        "sink": {"format": fmt},
-        "source": {"max_offsets_per_trigger": 60},
-        "trigger": {"processing_time": "200 milliseconds"},
-    }
+    settings = crash_settings(fmt)
     before = make_pipeline(tmp_path, topic, name="before", **settings)
     # 180 records, 60 a batch: batches 0-1 before the kill, 1 (replayed) and 2 after it.
     report = send(broker.bootstrap, topic, synthetic(EventGenerator(before, seed=23), 180, 0.05), keep=True)
     log = tmp_path / "driver.log"
-    crashed = launch(before, log, env={KILL_AFTER_WRITING: "1"})
-    assert crashed.wait(timeout=300) == -signal.SIGKILL, log.read_text()[-3000:]
+    crash_in_batch_1(before, log)
     checkpoint = Path(before.checkpoint_path)
-    assert (checkpoint / "offsets" / "1").exists() and not (checkpoint / "commits" / "1").exists()
 
     renamed = {"checkpoint": before.checkpoint_path, **settings, "sink": {"format": fmt, "path": before.sink_path}}
     if fmt == "delta":  # the same for both formats: it refuses before writing anything
@@ -113,20 +126,13 @@ def test_a_new_schema_version_after_a_crash_replays_the_interrupted_batch_under_
     # Batch 1 is replayed under v1 (its part already written is found, the rest written as
     # planned), then the new records are read under v2.
     topic = new_topic(broker, partitions=2)
-    settings = {
-        "sink": {"format": fmt},
-        "source": {"max_offsets_per_trigger": 60},
-        "trigger": {"processing_time": "200 milliseconds"},
-    }
+    settings = crash_settings(fmt)
     v1 = make_pipeline(tmp_path, topic, name="colors", **settings)
     first = send(broker.bootstrap, topic, synthetic(EventGenerator(v1, seed=29), 180, 0.05), keep=True)
     log = tmp_path / "driver.log"
     # The event log holds its rows in the driver's spool until the run ends: the kill finds them there.
     events = {"SLUICE_EVENTS_TABLE": str(tmp_path / "events")}
-    crash = events | {KILL_AFTER_WRITING: "1", "SLUICE_EVENTS_FLUSH_SECONDS": "3600"}
-    assert launch(v1, log, env=crash).wait(timeout=300) == -signal.SIGKILL, log.read_text()[-3000:]
-    assert (Path(v1.checkpoint_path) / "offsets" / "1").exists()
-    assert not (Path(v1.checkpoint_path) / "commits" / "1").exists()
+    crash_in_batch_1(v1, log, env=events | {"SLUICE_EVENTS_FLUSH_SECONDS": "3600"})
 
     schema = json.loads((config.PROJECT_ROOT / "schemas" / "device_signal" / "v1.json").read_text())
     schema["fields"].append({"name": "color", "type": "string", "nullable": True, "metadata": {}})

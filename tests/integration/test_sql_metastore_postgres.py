@@ -36,6 +36,24 @@ def _postgres_bin() -> Path:
     return Path(found).resolve().parent
 
 
+def psql(port: int, database: str, *args: str) -> list[str]:
+    """A psql command as the test server's user, with its password."""
+    return [
+        "env",
+        f"PGPASSWORD={PASSWORD}",
+        "psql",
+        "-h",
+        "127.0.0.1",
+        "-p",
+        str(port),
+        "-U",
+        "sluice",
+        "-d",
+        database,
+        *args,
+    ]
+
+
 @pytest.fixture(scope="module")
 def postgres() -> Iterator[tuple[str, int]]:
     """A throw-away server; PostgreSQL refuses to run as root, so as root it runs as ``postgres``
@@ -69,21 +87,7 @@ def postgres() -> Iterator[tuple[str, int]]:
     options = f"-p {port} -k {base} -c listen_addresses=127.0.0.1 -c fsync=off"
     run(str(bin_dir / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(base / "log"), "-w", "start")
     try:
-        run(
-            "env",
-            f"PGPASSWORD={PASSWORD}",
-            "psql",
-            "-h",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "-U",
-            "sluice",
-            "-d",
-            "postgres",
-            "-c",
-            "CREATE DATABASE hive",
-        )
+        run(*psql(port, "postgres", "-c", "CREATE DATABASE hive"))
         yield f"jdbc:postgresql://127.0.0.1:{port}/hive", port
     finally:
         run(str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop")
@@ -127,21 +131,7 @@ def test_the_catalog_lives_in_postgresql(postgres, spark, tmp_path: Path, monkey
         assert "stopped the SQL endpoint" in ops.stop(by="test")
     # The registration is PostgreSQL's now, there after the endpoint is gone.
     tables = subprocess.run(
-        [
-            "env",
-            f"PGPASSWORD={PASSWORD}",
-            "psql",
-            "-h",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "-U",
-            "sluice",
-            "-d",
-            "hive",
-            "-tAc",
-            'SELECT "TBL_NAME" FROM "TBLS"',
-        ],
+        psql(port, "hive", "-tAc", 'SELECT "TBL_NAME" FROM "TBLS"'),
         capture_output=True,
         text=True,
         timeout=60,
