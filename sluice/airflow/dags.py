@@ -30,8 +30,6 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from sluice.airflow import tasks
 from sluice.airflow.forms import ACTIONS, SUPERVISE_FIRST, params, quality_params
-from sluice.airflow.target import submit_operator
-from sluice.ops.submit import maintenance_submission
 from sluice.records.validation import quality_home
 from sluice.spec import Pipeline, SpecError, load_all
 
@@ -147,8 +145,7 @@ def pipeline_dag(pipeline: Pipeline) -> DAG:
 
 
 def maintenance_dag(pipeline: Pipeline) -> DAG:
-    s = pipeline.spec
-    sub = maintenance_submission(pipeline.spec_path, pipeline_name=pipeline.name)
+    s, spec_path = pipeline.spec, str(pipeline.spec_path)
     with DAG(
         dag_id=f"sluice_{pipeline.name}_maintenance",
         description=f"OPTIMIZE the last {s.maintenance.optimize_days} days and VACUUM the {pipeline.name} Delta tables",
@@ -165,7 +162,12 @@ def maintenance_dag(pipeline: Pipeline) -> DAG:
         default_args={"owner": s.owner, "retries": 1, "retry_delay": timedelta(minutes=5)},
         tags=sorted({"sluice", "maintenance", "delta", *s.tags}),
     ) as dag:
-        submit_operator("optimize_and_vacuum", sub)
+
+        @task(task_id="optimize_and_vacuum")
+        def optimize_and_vacuum() -> None:
+            tasks.maintain(spec_path)
+
+        optimize_and_vacuum()
     return dag
 
 

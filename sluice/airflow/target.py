@@ -14,10 +14,8 @@ import os
 import signal
 from functools import cached_property
 from types import FrameType
-from typing import Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from sluice.airflow.env import CONN_ID
 from sluice.errors import JobFailed, SluiceError
@@ -90,8 +88,3 @@ class AirflowTarget:
             raise JobFailed(str(exc)) from None
         finally:
             signal.signal(signal.SIGTERM, previous)
-
-
-def submit_operator(task_id: str, sub: Submission, **kwargs: Any) -> SparkSubmitOperator:
-    """A task that runs ``sub`` with the provider's operator (for jobs with no Sluice logic around them)."""
-    return SparkSubmitOperator(task_id=task_id, conn_id=CONN_ID, **sub.operator_kwargs(), **kwargs)

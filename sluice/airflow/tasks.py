@@ -134,6 +134,17 @@ def run_backfill(spec_path: str, plan_json: str) -> None:
         backfill.run(load_pipeline(spec_path), AirflowTarget(), BackfillPlan.from_json(plan_json))
 
 
+def maintain(spec_path: str) -> None:
+    """OPTIMIZE and VACUUM through the Spark provider. The submission (and the jars' location
+    it names) is built here, on the worker, never while the DAG file is parsed."""
+    from sluice.airflow.target import AirflowTarget
+    from sluice.ops.submit import maintenance_submission
+
+    with as_task_state():
+        pipeline = load_pipeline(spec_path)
+        AirflowTarget().run(maintenance_submission(pipeline.spec_path, pipeline_name=pipeline.name))
+
+
 def publish(spec_path: str, asset: Asset) -> dict[str, int]:
     """Emit the table's asset event when batches committed since the last one (else skip)."""
     from sluice.ops.publish import publish as publish_batches
