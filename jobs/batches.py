@@ -14,7 +14,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from jobs import hadoopfs
+from jobs import fence, hadoopfs
 from jobs.sinks import BatchSink, DeltaSink, ParquetSink, table_exists
 from sluice.records import checkpoint
 from sluice.spec import Pipeline
@@ -57,7 +57,9 @@ def kill_if_asked(pipeline: Pipeline, batch_id: int) -> None:
 
 
 def decline_if_stopping(spark: SparkSession, pipeline: Pipeline, stop: threading.Event | None, batch_id: int) -> None:
-    """Raise :class:`StopRequested` when a stop was asked for, before the batch writes anything."""
+    """Raise :class:`StopRequested` when a stop was asked for, before the batch writes anything;
+    :class:`~sluice.state.LeaseLost` if this driver may no longer write at all."""
+    fence.check()
     if stop is None or not stop.is_set():
         return
     log.info(

@@ -22,9 +22,11 @@ import dataclasses
 import functools
 import json
 import logging
+import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 
 from pyspark import StorageLevel
@@ -33,7 +35,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from jobs import continuous, derive, expectations, hadoopfs
+from jobs import continuous, derive, expectations, fence, hadoopfs
 from jobs.backfill import BackfillRefused, clip_to_stream, drop_present, in_range, source_options
 from jobs.batches import (
     STOP_MARKER,
@@ -56,12 +58,16 @@ from sluice.records import checkpoint, locks
 from sluice.records.audit import BatchAudit
 from sluice.records.audit import file_name as audit_file
 from sluice.records.backfill import BackfillPlan
+from sluice.records.run import Driver
 from sluice.spec import Pipeline, SpecError, Trigger, compatibility, load_pipeline
 from sluice.spec.columns import RESCUED_MAP
 from sluice.spec.continuous import ContinuousError
 from sluice.spec.loader import recorded, restore
 
 log = logging.getLogger("sluice.ingest")
+
+#: The exit code of a driver that stopped because another one took its lease over.
+LEASE_LOST = 5
 
 #: How many of a batch's rescued paths its audit names.
 TOP_RESCUED_PATHS = 10
@@ -503,12 +509,17 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:
             log.error("invalid backfill: %s", exc)
             return 2
+    claims = locks.claims_for(pipeline, backfill.id if backfill else None)
     try:
-        with locks.claim(pipeline.name, locks.claims_for(pipeline, backfill.id if backfill else None)):
-            return drive(pipeline, backfill, args.available_now, args.processing_time, args.rebuild)
+        # The lease the launcher took for this run is adopted (same owner); a run started by hand takes its own.
+        lease = locks.take(pipeline.name, claims, os.environ.get(locks.OWNER_ENV))
     except locks.Claimed as exc:
         log.error("%s", exc)
         return 4
+    try:
+        return drive(pipeline, backfill, args.available_now, args.processing_time, args.rebuild, lease)
+    finally:
+        locks.release(lease)
 
 
 def drive(
@@ -517,16 +528,50 @@ def drive(
     available_now: bool,
     processing_time: str | None,
     rebuild: bool = False,
+    lease: locks.Lease | None = None,
 ) -> int:
-    """Run the stream (or backfill) until it ends or SIGTERM/Ctrl-C stops it; the exit code."""
+    """Run the stream (or backfill) until it ends or SIGTERM/Ctrl-C stops it; the exit code.
+
+    The lease is renewed beside it (:class:`~sluice.records.locks.Keeper`): a stop asked for on
+    any host, or the lease lost, stops the stream like SIGTERM does, and a lost lease also
+    keeps its writers from writing again (:mod:`jobs.fence`)."""
+    stop = stop_on_signals(log)
+    if lease is not None:
+        fence.keeper = locks.Keeper(lease, stop, None if backfill else stop_requested(lease)).start()
+    try:
+        return _drive(pipeline, backfill, available_now, processing_time, rebuild, stop)
+    finally:
+        if fence.keeper is not None:
+            fence.keeper.close()
+
+
+def stop_requested(lease: locks.Lease) -> Callable[[], bool]:
+    """Has a stop of this run been asked for, on any host (``sluice stop``, action=stop)?"""
+
+    def asked() -> bool:
+        driver = Driver.read(lease.holder.pipeline)
+        return driver is not None and driver.owner == lease.holder.owner and driver.desired == "stopped"
+
+    return asked
+
+
+def _drive(
+    pipeline: Pipeline,
+    backfill: BackfillPlan | None,
+    available_now: bool,
+    processing_time: str | None,
+    rebuild: bool,
+    stop: threading.Event,
+) -> int:
     spark = SparkSession.builder.appName(f"sluice-{pipeline.name}").getOrCreate()
+    if fence.keeper is not None:
+        fence.keeper.app_id = spark.sparkContext.applicationId
     if rebuild and (not pipeline.derived or pipeline.upstream is None or backfill is not None):
         log.error("%s: only a pipeline that reads another pipeline's table is rebuilt", pipeline.name)
         return 2
     reporter = StatusReporter(spark, pipeline.name) if backfill is None else None
     if reporter is not None:
         reporter.report("starting")
-    stop = stop_on_signals(log)
     try:
         if rebuild:
             derive.rebuild(spark, pipeline)
@@ -556,10 +601,16 @@ def drive(
         log.error("%s", exc)
         return 3
     except Exception as exc:  # anything else: said in one line, and counted, as a failed query is
-        if reporter is not None:
-            reporter.failed(spark, pipeline.checkpoint_path, str(exc))
-        log.exception("%s failed: %s", pipeline.name, root_cause(str(exc)))
-        return 1
+        if fence.verify() is None:
+            if reporter is not None:
+                reporter.failed(spark, pipeline.checkpoint_path, str(exc))
+            log.exception("%s failed: %s", pipeline.name, root_cause(str(exc)))
+            return 1
+        error = exc
+    if error is not None and fence.verify() is not None:
+        # Another driver runs this checkpoint now: this one wrote nothing since, and says why.
+        log.error("%s", fence.lost())
+        return LEASE_LOST
     if error is not None:
         # The whole trace is in this log already, where Spark reported the query's end.
         log.error("%s failed: %s", pipeline.name, root_cause(str(error)))

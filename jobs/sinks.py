@@ -18,7 +18,7 @@ from typing import Protocol
 
 from pyspark.sql import DataFrame, SparkSession
 
-from jobs import hadoopfs
+from jobs import fence, hadoopfs
 from sluice.records import locks, parquet_log
 from sluice.spec import Pipeline, compatibility
 
@@ -63,6 +63,7 @@ class DeltaSink:
         backfill, both writing a quarantine that does not exist yet) conflict on Delta's first
         commit; the loser writes again, which the (txnAppId, txnVersion) pair keeps exactly once."""
         for attempt in range(1, COMMIT_RACE_ATTEMPTS + 1):
+            fence.confirm()
             try:
                 (
                     df.write.format("delta")
@@ -107,6 +108,7 @@ class ParquetSink:
         self.spark, self.path, self.partition_by, self.writer = spark, path.rstrip("/"), partition_by, writer
         self.log_dir = f"{self.path}/{parquet_log.LOG_DIR}"
         self._last: int | None = None  # this writer's newest committed batch, once looked up
+        self._seen: int | None = None  # the newest commit of the log when it was looked up
 
     def write(self, df: DataFrame, batch_id: int) -> None:
         if self._last is None:
@@ -135,7 +137,12 @@ class ParquetSink:
                     moved.uri, moved.size, moved.modification_time, "add", moved.replication, moved.block_size
                 )
             )
-        self._commit(entries)
+        if self._commit(entries, batch_id) is None:
+            log.warning(
+                "%s: batch %d was committed by another driver of this checkpoint meanwhile", self.path, batch_id
+            )
+            for e in entries:  # its own copies: the committed files have other names
+                hadoopfs.delete(self.spark, e.path)
         hadoopfs.delete(self.spark, attempt)
         self._last = batch_id
 
@@ -146,6 +153,7 @@ class ParquetSink:
         return _read_log(self.spark, self.log_dir, commits)
 
     def _committed_batch(self) -> int:
+        self._seen = parquet_log.latest(hadoopfs.list_names(self.spark, self.log_dir))
         found = parquet_log.last_batch(committed_files(self.spark, self.path), self.writer)
         return -1 if found is None else found
 
@@ -153,28 +161,47 @@ class ParquetSink:
         """Remove what an earlier attempt at this batch left: its staging folder, and files it
         had moved into partition folders before it died (never listed, so never read)."""
         prefix = parquet_log.tag(self.writer, batch_id)
+        listed: set[str] | None = None
         for folder in hadoopfs.list_names(self.spark, attempt):
             if "=" in folder:
                 for name in hadoopfs.list_names(self.spark, f"{self.path}/{folder}"):
-                    if name.startswith(prefix):
+                    if not name.startswith(prefix):
+                        continue
+                    if listed is None:  # never a file the log lists, whoever committed it
+                        listed = {e.path.rsplit("/", 1)[-1] for e in committed_files(self.spark, self.path)}
+                    if name not in listed:
                         hadoopfs.delete(self.spark, f"{self.path}/{folder}/{name}")
         hadoopfs.delete(self.spark, attempt)
 
-    def _commit(self, entries: list[parquet_log.Entry]) -> int:
-        """Append one commit to the log. Another writer (a backfill beside the stream) may
-        commit too: the table's commit lock makes listing the log and taking the next number
-        one step for every Sluice writer (drivers run where their claims are), and
-        create_new's refusal to overwrite is the second line where renames are atomic."""
-        with locks.hold(locks.Claim(self.path, "commit")):
+    def _commit(self, entries: list[parquet_log.Entry], batch_id: int) -> int | None:
+        """Append one commit to the log; None if this writer's batch is in it already.
+
+        Another writer (a backfill beside the stream) may commit too: the table's commit
+        section (in the run-state store, so on every host) makes listing the log and taking
+        the next number one step, and is entered only while this driver holds its lease.
+        Inside it, the commits since this writer last looked are read: a driver of the same
+        checkpoint that took over may have committed this batch meanwhile. create_new's
+        refusal to overwrite is the last line where renames are atomic."""
+        with locks.hold(locks.Claim(self.path, "commit"), fence=fence.lease()):
             for _ in range(MAX_COMMIT_ATTEMPTS):
                 names = hadoopfs.list_names(self.spark, self.log_dir)
                 newest = parquet_log.latest(names)
+                seen = -1 if self._seen is None else self._seen
+                if newest is not None and newest > seen:
+                    # The commits since, or the newest compaction on, which holds all that is live.
+                    since = range(seen + 1, newest + 1)
+                    since = since if since.start > parquet_log.needed(newest).start else parquet_log.needed(newest)
+                    theirs = parquet_log.last_batch(self._read(since), self.writer)
+                    if theirs is not None and theirs >= batch_id:
+                        self._seen = newest
+                        return None
                 commit = 0 if newest is None else newest + 1
                 content = entries
                 if parquet_log.is_compaction(commit) and newest is not None:
                     content = parquet_log.live(self._read(parquet_log.needed(newest)) + entries)
                 target = f"{self.log_dir}/{parquet_log.file_name(commit)}"
                 if hadoopfs.create_new(self.spark, target, parquet_log.render(content)):
+                    self._seen = commit
                     if parquet_log.is_compaction(commit):
                         self._expire(commit)
                     return commit

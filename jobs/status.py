@@ -1,12 +1,14 @@
 """The job's own report of its state, read by supervision (see :mod:`sluice.ops.stream`).
 
-Written to ``$SLUICE_HOME/run/<pipeline>/status.json`` on the driver every second while the
-query runs: a heartbeat (``updated_at``), the Spark application id and UI, the query and
-run ids, and a summary of the last progress event including Kafka's offsets behind latest.
+Written to the run-state store every second while the query runs: a heartbeat
+(``updated_at``), the Spark application id and UI, the query and run ids, and a summary of the
+last progress event including Kafka's offsets behind latest. Every write is fenced by the
+driver's lease: once it lost it, it reports nothing over its successor's records.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from typing import Any
@@ -14,10 +16,13 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from jobs import fence
 from jobs.batches import last_committed
 from jobs.events import WriterCounts
-from sluice.errors import root_cause
+from sluice.errors import SluiceError, root_cause
 from sluice.records.run import Failures, Status
+
+log = logging.getLogger("sluice.status")
 
 
 def _progress_summary(progress: dict[str, Any] | None, counts: dict[int, WriterCounts]) -> dict[str, Any]:
@@ -76,26 +81,33 @@ class StatusReporter:
         self.failed_batch = failures.batch if failures else None
 
     def report(self, state: str, query: StreamingQuery | None = None, error: str | None = None) -> None:
+        if fence.lost():
+            return
         status = Status(self.name, state, os.getpid(), time.time(), self.app_id, ui=self.ui, error=error)
         if query is not None:
             status.query_id, status.run_id = str(query.id), str(query.runId)
             status.last_progress = _progress_summary(query.lastProgress, self.counts)
             done = query.lastProgress["batchId"] if query.lastProgress else None
             if self.failed_batch is not None and done is not None and int(done) >= self.failed_batch:
-                Failures.clear(self.name)
+                Failures.clear(self.name, fence=fence.lease())
                 self.failed_batch = None
-        status.save()
+        try:
+            status.save(fence=fence.lease())
+        except SluiceError as exc:  # lost, or the store did not answer: the lease keeper acts on it
+            log.warning("%s: status not reported: %s", self.name, exc)
 
     def failed(self, spark: SparkSession, checkpoint_path: str, error: str, query: StreamingQuery | None = None) -> str:
         """Report the failure's root cause, and count it against the batch a restart runs
         next (supervision stops restarting after too many in a row); the cause's one line."""
         cause = root_cause(error)
+        if fence.verify():  # not this driver's failure to count: another one runs now
+            return cause
         self.report("failed", query, cause)
         try:
             batch = next_batch(spark, checkpoint_path)
         except Exception:  # the checkpoint cannot be listed (the reason it failed?): count it anyway
             batch = -1
-        self.failed_batch = Failures.record(self.name, batch, cause).batch
+        self.failed_batch = Failures.record(self.name, batch, cause, fence=fence.lease()).batch
         return cause
 
 

@@ -41,6 +41,12 @@ class StartFailed(SluiceError):
     transient = True
 
 
+class StopFailed(SluiceError):
+    """A driver on another host was asked to stop and has not (it may be hung, or cut off)."""
+
+    transient = True
+
+
 class JobFailed(SluiceError):
     """A bounded Spark job (backfill, validation) exited with an error."""
 

@@ -1,8 +1,9 @@
 """The SQL endpoint's actions (serve, stop, status) and the one way to run SQL: through the
 endpoint when it runs, else in a local Spark session on the same catalog.
 
-The endpoint is a detached spark-submit like a stream (``run/_sql_endpoint/``: the launcher's
-``driver.json``, the job's ``endpoint.json``), started and stopped by the same helpers.
+The endpoint is a detached spark-submit like a stream (run records named ``_sql_endpoint``: the launcher's
+``driver``, the job's ``endpoint``), started and stopped by the same helpers. It is found by
+its process, so it is stopped from the host that launched it.
 """
 
 from __future__ import annotations

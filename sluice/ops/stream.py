@@ -1,15 +1,16 @@
 """The stream's actions: start, stop, restart, supervise and status.
 
 A streaming job runs for weeks, so neither ``sluice`` nor an Airflow task may wait on it.
-:func:`launch` starts spark-submit in its own session and records how to find it
-(``driver.json``); the job reports its state, Spark application id and last progress
-(``status.json``). Both live in ``$SLUICE_HOME/run/<pipeline>/`` on the machine that runs
-the driver (Python drivers always run in client mode, even on a cluster); see
-:mod:`sluice.records.run`.
+:func:`launch` takes the pipeline's leases (see :mod:`sluice.records.locks`), starts
+spark-submit in its own session, and records how it was started (``driver``); the job adopts
+the leases, renews them, and reports its state, Spark application id and last progress
+(``status``). All of it lives in the run-state store (:mod:`sluice.state`), so any host sees
+which driver runs where, and a stop asked for on one host reaches a driver on another.
 
-Supervision reads those two files, the checkpoint's commit log and the broker's end
-offsets (Spark never commits offsets to Kafka), and :func:`sluice.ops.health.assess`
-decides. Every action here is called as it is by the CLI and by the Airflow tasks.
+Supervision reads those records, the lease (the driver's liveness), the checkpoint's commit
+log and the broker's end offsets (Spark never commits offsets to Kafka), and
+:func:`sluice.ops.health.assess` decides. Every action here is called as it is by the CLI
+and by the Airflow tasks.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import re
 import signal
 import subprocess
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -28,7 +30,7 @@ import psutil
 from confluent_kafka import KafkaException
 
 from sluice import config
-from sluice.errors import AlreadyRunning, InvalidInput, StartFailed, StreamUnhealthy
+from sluice.errors import AlreadyRunning, InvalidInput, StartFailed, StopFailed, StreamUnhealthy
 from sluice.ops.health import Observation, Verdict, assess
 from sluice.ops.submit import ingest_submission
 from sluice.ops.target import SparkTarget
@@ -38,6 +40,7 @@ from sluice.records.checkpoint import Committed, read_committed, upstream_lag
 from sluice.records.run import Desired, Driver, Failures, Status
 from sluice.spec import Pipeline, duration_seconds
 from sluice.spec.model import normalize_duration
+from sluice.state import Claim, Claimed, Holder, hostname, live, store
 from sluice.topics import end_offsets, kafka_reason, list_topics, total_partitions
 
 #: The job's file name: a process whose command line names it is a Sluice driver.
@@ -91,15 +94,24 @@ def _is_drivers(proc: psutil.Process | None, pipeline: Pipeline, recorded_at: fl
     return None
 
 
+def running(pipeline: Pipeline) -> Holder | None:
+    """Who runs the pipeline's stream now, on any host: the live holder of its name's lease
+    (its driver, or the action launching it)."""
+    name = Claim(pipeline.name, "name")
+    held = store().holders([name]).get(name)
+    return held if live(held, store().now()) else None
+
+
 def driver_process(pipeline: Pipeline) -> psutil.Process | None:
-    """The running Python driver of this pipeline's stream, whoever started it."""
-    status = Status.read(pipeline.name)
-    if status and status.state in ("starting", "running"):
-        proc = _is_drivers(process_named(status.pid), pipeline, status.updated_at)
-        if proc is not None:
-            return proc
-    driver = Driver.read(pipeline.name)
-    return _is_drivers(process_named(driver.pid), pipeline, driver.launched_at) if driver else None
+    """The running Python driver of this pipeline's stream, if it runs on this host."""
+    held = running(pipeline)
+    if held is None or held.host != hostname():
+        return None
+    return process_named(held.pid)
+
+
+#: How long a launch holds the leases for the job it starts, which adopts them once it runs.
+LAUNCH_TTL = 240.0
 
 
 def launch(
@@ -110,20 +122,49 @@ def launch(
     launched_by: str,
     desired: Desired = "running",
 ) -> Driver:
-    """Start the pipeline's job detached (see :func:`launch_detached`).
+    """Take the pipeline's leases and start its job detached (see :func:`launch_detached`);
+    the job adopts the leases. Raises :class:`AlreadyRunning` if the stream runs (or is being
+    launched) anywhere, and :class:`sluice.records.locks.Claimed` if another pipeline's driver
+    holds its checkpoint or tables (the job would refuse to start anyway, less visibly)."""
+    owner = uuid.uuid4().hex
+    try:
+        lease = locks.take(pipeline.name, locks.claims_for(pipeline), owner, ttl=LAUNCH_TTL)
+    except Claimed as exc:
+        if exc.holder is not None and exc.holder.pipeline == pipeline.name:  # another launch won the race
+            raise AlreadyRunning(already_running(pipeline, exc.holder)) from None
+        raise
+    try:
+        return launch_detached(
+            pipeline.name,
+            command,
+            env | {locks.OWNER_ENV: owner},
+            launched_by=launched_by,
+            desired=desired,
+            owner=owner,
+        )
+    except BaseException:
+        locks.release(lease)
+        raise
 
-    Raises :class:`sluice.records.locks.Claimed` first if another driver holds the pipeline's
-    checkpoint or tables (the job would refuse to start anyway, less visibly).
-    """
-    locks.check_free(pipeline.name, locks.claims_for(pipeline))
-    return launch_detached(pipeline.name, command, env, launched_by=launched_by, desired=desired)
+
+def already_running(pipeline: Pipeline, holder: Holder) -> str:
+    where = "" if holder.host == hostname() else f" on {holder.host}"
+    return (
+        f"{pipeline.name} is already running{where}; restart it to apply new settings (`sluice status {pipeline.name}`)"
+    )
 
 
 def launch_detached(
-    name: str, command: list[str], env: dict[str, str], *, launched_by: str, desired: Desired = "running"
+    name: str,
+    command: list[str],
+    env: dict[str, str],
+    *,
+    launched_by: str,
+    desired: Desired = "running",
+    owner: str = "",
 ) -> Driver:
-    """Start spark-submit detached (own session, output to a log file) and record it in
-    ``run/<name>/driver.json``."""
+    """Start spark-submit detached (own session, output to a log file on this host) and record
+    it (the ``driver`` record)."""
     logs = config.sluice_home() / "logs" / name
     logs.mkdir(parents=True, exist_ok=True)
     log = logs / time.strftime("%Y%m%dT%H%M%S.log", time.gmtime())
@@ -136,7 +177,7 @@ def launch_detached(
             env=os.environ | env,
             start_new_session=True,  # survives the task that launched it; stoppable as a group
         )
-    driver = Driver(name, proc.pid, command, str(log), time.time(), launched_by, desired)
+    driver = Driver(name, proc.pid, command, str(log), time.time(), launched_by, desired, owner=owner)
     driver.save()
     return driver
 
@@ -208,10 +249,9 @@ def start(
     supervision give up, so that a changed rule or fixed data gets its own tries.
     Supervision's restarts are not.
     """
-    if driver_process(pipeline) is not None:
-        raise AlreadyRunning(
-            f"{pipeline.name} is already running; restart it to apply new settings (`sluice status {pipeline.name}`)"
-        )
+    held = running(pipeline)
+    if held is not None:
+        raise AlreadyRunning(already_running(pipeline, held))
     if fresh:
         Failures.clear(pipeline.name)
     if processing_time is not None:
@@ -232,7 +272,12 @@ def start(
     )
     command, env = target.launch_command(sub)
     driver = launch(pipeline, command, env, launched_by=by, desired="once" if once else "running")
-    return Started(driver, wait_running(pipeline, driver, timeout))
+    try:
+        return Started(driver, wait_running(pipeline, driver, timeout))
+    except StartFailed:
+        # Its leases, unless the job took them over (then it gives them up as it exits).
+        store().expire(locks.claims_for(pipeline), driver.owner, pid=os.getpid())
+        raise
 
 
 def stop(pipeline: Pipeline, *, by: str, timeout: float = 120.0, grace: float = 30.0) -> str:
@@ -247,15 +292,33 @@ def stop(pipeline: Pipeline, *, by: str, timeout: float = 120.0, grace: float = 
     driver = Driver.read(pipeline.name)
     if driver is not None:
         driver.desired, driver.stopped_at, driver.stopped_by = "stopped", time.time(), by
-        driver.save()
-    proc = driver_process(pipeline)
-    if proc is None:
+        driver.save()  # the driver reads it within a second, on whichever host it runs
+    held = running(pipeline)
+    if held is None:
         return f"{pipeline.name} is not running; it stays stopped"
     started = time.monotonic()
+    proc = process_named(held.pid) if held.host == hostname() else None
+    if proc is None:  # on another host: it stops by itself once its batch commits
+        if not _released(pipeline, timeout):
+            raise StopFailed(
+                f"{pipeline.name} on {held.host} was asked to stop {timeout:.0f}s ago and still holds its lease; "
+                f"it stops by itself when it next reaches the run-state store, or its lease expires"
+            )
+        return f"stopped {pipeline.name} gracefully on {held.host} in {time.monotonic() - started:.1f}s"
     group = _is_drivers(process_named(driver.pid), pipeline, driver.launched_at) if driver else None
     if terminate(proc, group, timeout=timeout, grace=grace):
         return f"stopped {pipeline.name} gracefully in {time.monotonic() - started:.1f}s (driver pid {proc.pid})"
     return f"{pipeline.name} did not stop within {timeout:.0f}s; terminated its process group (restart resumes from the checkpoint)"
+
+
+def _released(pipeline: Pipeline, timeout: float) -> bool:
+    """Wait until no driver holds the pipeline's name; False after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while running(pipeline) is not None:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.25)
+    return True
 
 
 def terminate(proc: psutil.Process, group: psutil.Process | None, *, timeout: float, grace: float) -> bool:
@@ -291,7 +354,7 @@ def restart(
     processing_time: str | None = None,
 ) -> Restarted:
     """Stop the stream if it runs (after its batch commits), then start it from its checkpoint."""
-    stopped = stop(pipeline, by=by) if driver_process(pipeline) is not None else None
+    stopped = stop(pipeline, by=by) if running(pipeline) is not None else None
     return Restarted(
         stopped, start(pipeline, target, by=by, available_now=available_now, processing_time=processing_time)
     )
@@ -305,7 +368,7 @@ def rebuild(pipeline: Pipeline, target: SparkTarget, *, by: str, available_now: 
             f"{pipeline.name} reads Kafka, not a table: only a pipeline derived from another pipeline's table "
             "is rebuilt (Kafka may no longer hold what its table has)"
         )
-    stopped = stop(pipeline, by=by) if driver_process(pipeline) is not None else None
+    stopped = stop(pipeline, by=by) if running(pipeline) is not None else None
     return Restarted(stopped, start(pipeline, target, by=by, available_now=available_now, rebuild=True))
 
 
@@ -361,7 +424,7 @@ def status(pipeline: Pipeline, offsets: EndOffsets = broker_end_offsets, now: fl
     """Observe the stream (without changing anything) and judge it."""
     now = time.time() if now is None else now
     driver, st = Driver.read(pipeline.name), Status.read(pipeline.name)
-    proc = driver_process(pipeline)
+    held = running(pipeline)
     committed = read_committed(pipeline.checkpoint_path)
     lag, broker_error, lag_unit, lag_source = None, None, "records", "Kafka"
     up = pipeline.upstream
@@ -375,16 +438,16 @@ def status(pipeline: Pipeline, offsets: EndOffsets = broker_end_offsets, now: fl
             broker_error = f"Kafka at {pipeline.kafka.bootstrap_servers} did not answer: {kafka_reason(exc)}"
     failures = Failures.read(pipeline.name)
     obs = Observation(
-        desired=driver.desired if driver else ("running" if proc is not None else None),
-        alive=proc is not None,
+        desired=driver.desired if driver else ("running" if held is not None else None),
+        alive=held is not None,
         state=st.state if st else None,
         error=st.error if st else None,
         lag=lag,
         lag_unit=lag_unit,
         lag_source=lag_source,
         since_commit=None if committed.committed_at is None else now - committed.committed_at,
-        since_start=None if proc is None else now - proc.create_time(),
-        since_heartbeat=None if st is None or proc is None else now - st.updated_at,
+        since_start=None if held is None else max(0.0, now - held.acquired_at),
+        since_heartbeat=None if st is None or held is None else now - st.updated_at,
         failures=failures.count if failures else 0,
         failed_batch=failures.batch if failures else None,
         since_failure=None if failures is None else now - failures.last_at,
@@ -422,8 +485,11 @@ def supervise(
     if st.verdict.action in ("unhealthy", "failed"):
         raise StreamUnhealthy(f"{pipeline.name}: {st.verdict.reason}")
     if st.verdict.action in ("start", "restart"):
-        started = start(
-            pipeline, target, by=by, available_now=available_now, processing_time=processing_time, fresh=False
-        )
+        try:
+            started = start(
+                pipeline, target, by=by, available_now=available_now, processing_time=processing_time, fresh=False
+            )
+        except AlreadyRunning:  # another supervisor (another host's) started it a moment ago
+            return Supervised(status(pipeline, offsets))
         return Supervised(st, started)
     return Supervised(st)

@@ -1,4 +1,4 @@
-"""The SQL endpoint's report of itself (``$SLUICE_HOME/run/_sql_endpoint/endpoint.json``),
+"""The SQL endpoint's report of itself (the run-state store's ``endpoint`` record),
 written by ``jobs/sql_endpoint.py`` every few seconds and read by ``sluice sql status``, the
 Airflow DAG that keeps it up, and ``sluice sql`` to find it."""
 
@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Self
 
-from sluice.records.run import known_fields, read_json, run_dir, write_json
+from sluice.records.run import known_fields
+from sluice.state import store
 
 #: The run folder's name; it cannot clash with a pipeline's (those start with a letter).
 NAME = "_sql_endpoint"
@@ -30,8 +31,8 @@ class EndpointStatus:
 
     @classmethod
     def read(cls) -> Self | None:
-        data = read_json(run_dir(NAME) / "endpoint.json")
+        data = store().get("endpoint", NAME)
         return cls(**known_fields(cls, data)) if data else None
 
     def save(self) -> None:
-        write_json(run_dir(NAME) / "endpoint.json", asdict(self))
+        store().put("endpoint", NAME, asdict(self))

@@ -1,80 +1,46 @@
-"""Claims on what a driver writes: its checkpoint, and its tables.
+"""Leases on what a driver writes: its checkpoint, and its tables.
 
 Two drivers on one checkpoint corrupt it (Spark notices only when both log the same batch,
 with ``CONCURRENT_STREAM_LOG_UPDATE``, after one of them wrote it), and two streams
-appending to one table write every record twice. So before it starts, a driver claims its
-checkpoint, and each table it writes in a role: ``stream`` (one live stream per table) or
-``backfill`` (one at a time: a backfill writes beside the live stream, on its own
-checkpoint, but two backfills would both copy the same missing records). A stream also
-claims its name, whose run folder holds its status for supervision.
+appending to one table write every record twice. So before it starts, a driver takes a
+lease on its checkpoint, and on each table it writes in a role: ``stream`` (one live stream
+per table) or ``backfill`` (one at a time: a backfill writes beside the live stream, on its
+own checkpoint, but two backfills would both copy the same missing records). A stream also
+takes its name, whose records supervision reads.
 
-A claim is an exclusive ``flock`` on a file under ``$SLUICE_HOME/run/locks/`` named after
-the claimed path, not after the pipeline, so specs with different names that share a
-checkpoint or a table meet on the same lock. The kernel releases it when the process
-exits, however it exits. Claims cover the drivers started from one ``SLUICE_HOME``, which
-is where Sluice runs its drivers (client mode, on the machine that launched them).
+Leases are keyed by the claimed place, not by the pipeline, so specs with different names
+that share a checkpoint or a table meet on the same lease. They live in the run-state store
+(:mod:`sluice.state`): on one machine or across hosts, the rules are the same. A lease is
+renewed by the job's heartbeat (:class:`Keeper`) and carries an epoch, which the job checks
+before each batch and each commit.
 
 Example::
 
-    with claim(pipeline.name, claims_for(pipeline)):
+    with claim(pipeline.name, claims_for(pipeline)) as lease:
         ...                       # raises Claimed, naming the holder, if another driver has one
 """
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
-import json
-import os
-import re
-import time
-from collections.abc import Iterator
+import logging
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path
-from typing import IO, TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
-import psutil
-
-from sluice import config
 from sluice.errors import SluiceError
+from sluice.state import Claim, Claimed, Holder, Lease, LeaseLost, Role, explain, lease_ttl, live, normalize, store
 
 if TYPE_CHECKING:
     from sluice.spec import Pipeline
 
-Role = Literal["checkpoint", "stream", "backfill", "name", "commit"]
+__all__ = ["Claim", "Claimed", "Keeper", "Lease", "LeaseLost", "Role", "check_free", "claim", "claims_for", "hold"]
+__all__ += ["OWNER_ENV", "normalize", "release", "take"]
 
+log = logging.getLogger("sluice.locks")
 
-class Claimed(SluiceError):
-    """Another driver holds a claim this one needs."""
-
-
-@dataclass(frozen=True)
-class Claim:
-    path: str
-    role: Role
-
-
-@dataclass(frozen=True)
-class Holder:
-    pid: int
-    pipeline: str
-
-
-def normalize(path: str) -> str:
-    """One spelling per place: local paths resolved (symlinks too), URIs without a trailing /."""
-    if path.startswith("file:"):
-        path = "/" + path.removeprefix("file:").lstrip("/")
-    if "://" in path:
-        return path.rstrip("/")
-    return os.path.realpath(path)
-
-
-def lock_file(claim: Claim) -> Path:
-    key = normalize(claim.path)
-    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    readable = re.sub(r"[^A-Za-z0-9_.-]", "_", key.rstrip("/").rsplit("/", 1)[-1])[:40]
-    return config.sluice_home() / "run" / "locks" / f"{readable}-{digest}.{claim.role}.lock"
+#: The environment variable that hands a launcher's lease to the job it starts.
+OWNER_ENV = "SLUICE_LEASE_OWNER"
 
 
 def claims_for(pipeline: Pipeline, backfill_id: str | None = None) -> list[Claim]:
@@ -84,116 +50,122 @@ def claims_for(pipeline: Pipeline, backfill_id: str | None = None) -> list[Claim
     checkpoint = pipeline.checkpoint_path if backfill_id is None else pipeline.backfill_checkpoint_path(backfill_id)
     tables = [] if pipeline.spec.sink.format == "kafka" else [pipeline.sink_path, pipeline.quarantine_path]
     claims = [Claim(checkpoint, "checkpoint"), *(Claim(t, role) for t in tables)]
-    if backfill_id is None:  # its status and supervision records live under run/<name>/
-        claims.append(Claim(str(config.sluice_home() / "run" / pipeline.name), "name"))
+    if backfill_id is None:  # its status and supervision records are the name's
+        claims.append(Claim(pipeline.name, "name"))
     return claims
 
 
-def _explain(name: str, claim: Claim, holder: Holder) -> str:
-    who = f"{holder.pipeline!r} (driver pid {holder.pid})"
-    if claim.role == "checkpoint":
-        return (
-            f"{name}: the checkpoint {claim.path} is in use by {who}; two drivers on one checkpoint "
-            f"corrupt it. Stop that one first (sluice stop {holder.pipeline})"
-        )
-    if claim.role == "stream":
-        return (
-            f"{name}: the table {claim.path} is written by the stream of {who}; a second stream into one "
-            f"table would write its records twice. Give {name} its own sink.path, or stop {holder.pipeline}"
-        )
-    if claim.role == "backfill":
-        return f"{name}: a backfill of {who} is writing to {claim.path}; run one backfill of a table at a time"
-    return f"{name}: another driver named {name!r} runs (pid {holder.pid}); stop it first (sluice stop {name})"
-
-
-def _read_holder(handle: IO[str]) -> Holder:
-    handle.seek(0)
-    try:
-        data = json.loads(handle.read() or "{}")
-        return Holder(int(data.get("pid", 0)), str(data.get("pipeline", "?")))
-    except (ValueError, TypeError):
-        return Holder(0, "?")
-
-
-#: How long to wait for a claim whose holder is dead or dying (killed, its threads still exiting).
-DYING_HOLDER_WAIT = 10.0
-
-
-def _dying(pid: int) -> bool:
-    """Gone, a zombie, or exiting: a process that exits releases its memory (its command line
-    reads empty) before its open files, and turns zombie only after that."""
-    try:
-        proc = psutil.Process(pid)
-        return proc.status() == psutil.STATUS_ZOMBIE or not proc.cmdline()
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return True
-
-
-def _take(handle: IO[str], name: str, claim: Claim) -> None:
-    """Lock the open claim file; refuse at once if a live driver holds it. A killed driver
-    closes its files last as it exits, so its claim can outlive it by a moment: wait for that."""
-    deadline = time.monotonic() + DYING_HOLDER_WAIT
-    while True:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            holder = _read_holder(handle)
-            if not _dying(holder.pid) or time.monotonic() > deadline:
-                raise Claimed(_explain(name, claim, holder)) from None
-            time.sleep(0.05)
-
-
-def _open(claim: Claim) -> IO[str]:
-    path = lock_file(claim)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return path.open("a+", encoding="utf-8")
-
-
-def _record_holder(handle: IO[str], name: str, claim: Claim) -> None:
-    """Write who holds the (locked) claim, for the message of whoever is refused it."""
-    handle.truncate(0)
-    handle.write(json.dumps({"pid": os.getpid(), "pipeline": name, "path": claim.path, "role": claim.role}))
-    handle.flush()
+def take(name: str, claims: list[Claim], owner: str | None = None, ttl: float | None = None) -> Lease:
+    """Take every claim's lease for this process (all or none); raise :class:`Claimed`."""
+    return store().acquire(claims, Holder.me(name, owner), ttl or lease_ttl())
 
 
 @contextmanager
-def claim(name: str, claims: list[Claim]) -> Iterator[None]:
+def claim(name: str, claims: list[Claim], owner: str | None = None) -> Iterator[Lease]:
     """Hold every claim for the body (all or none); raise :class:`Claimed` naming a holder."""
-    handles: list[IO[str]] = []
+    lease = take(name, claims, owner)
     try:
-        for c in claims:
-            handle = _open(c)
-            handles.append(handle)
-            _take(handle, name, c)
-            _record_holder(handle, name, c)
-        yield
+        yield lease
     finally:
-        for held in handles:
-            held.close()  # closing releases the flock
+        release(lease)
 
 
-@contextmanager
-def hold(claim: Claim, timeout: float = 120.0) -> Iterator[None]:
-    """Hold one claim for a short critical section, waiting for it if another process has
-    it (a Parquet table's commit: list the log, then add the next number, as one step)."""
-    deadline = time.monotonic() + timeout
-    with _open(claim) as handle:
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise Claimed(
-                        f"{claim.path}: waited {timeout:.0f}s for {claim.role} ({_read_holder(handle)})"
-                    ) from None
-                time.sleep(0.01)
-        _record_holder(handle, "-", claim)
-        yield
+def release(lease: Lease) -> None:
+    """Give the lease up (a store that does not answer lets it expire)."""
+    try:
+        store().release(lease)
+    except SluiceError as exc:
+        log.warning("%s: could not release its lease (%s); it expires in %.0fs", lease.holder.pipeline, exc, lease.ttl)
 
 
 def check_free(name: str, claims: list[Claim]) -> None:
-    """Raise :class:`Claimed` if a driver holds any of ``claims`` now (for a launcher to ask first)."""
-    with claim(name, claims):
-        pass
+    """Raise :class:`Claimed` if a live driver holds any of ``claims`` now."""
+    now = store().now()
+    for c, holder in store().holders(claims).items():
+        if live(holder, now):
+            raise Claimed(explain(name, c, holder))
+
+
+@contextmanager
+def hold(claim: Claim, fence: Lease | None = None, timeout: float = 120.0) -> Iterator[None]:
+    """A short critical section every host's writers take in turn (a Parquet table's commit:
+    list the log, then add the next number, as one step), entered only while ``fence`` holds."""
+    with store().exclusive(claim.key, fence=fence, timeout=timeout):
+        yield
+
+
+class Keeper:
+    """Renews a job's lease from a thread of its own, and stops the job when it must.
+
+    When the store refuses a renewal (another driver took over), or the lease ran out because
+    the store did not answer, :meth:`check` raises from then on and ``stop`` is set; so is it
+    when ``stop_requested`` says yes (a stop asked for on any host reaches the driver so).
+    """
+
+    #: A batch or commit is not begun with less than this left of the lease (seconds).
+    MARGIN = 5.0
+
+    def __init__(
+        self,
+        lease: Lease,
+        stop: threading.Event,
+        stop_requested: Callable[[], bool] | None = None,
+        every: float | None = None,
+    ) -> None:
+        self.lease, self.stop, self.stop_requested = lease, stop, stop_requested
+        self.every = every or min(1.0, lease.ttl / 10)
+        self.app_id: str | None = None
+        self.lost: str | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="sluice-lease", daemon=True)
+
+    def start(self) -> Keeper:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._done.set()
+        self._thread.join(10)
+
+    def check(self) -> None:
+        """Raise :class:`LeaseLost` unless this driver may still write (before a batch or commit)."""
+        if self.lost is not None:
+            raise LeaseLost(self.lost)
+        left = self.lease.valid_for()
+        if left < min(self.MARGIN, self.lease.ttl / 3):
+            self._lose(
+                f"{self.lease.holder.pipeline}: its lease could not be renewed for {self.lease.ttl - left:.0f}s "
+                f"(ttl {self.lease.ttl:.0f}s): this driver stops without writing again"
+            )
+            raise LeaseLost(self.lost or "")
+
+    def confirm(self) -> None:
+        """:meth:`check`, then ask the store: the fence right before a commit."""
+        self.check()
+        try:
+            store().confirm(self.lease)
+        except LeaseLost as exc:
+            self._lose(str(exc))
+            raise
+
+    def _lose(self, why: str) -> None:
+        if self.lost is None:
+            self.lost = why
+            log.error("%s", why)
+        self.stop.set()
+
+    def _run(self) -> None:
+        while not self._done.wait(self.every):
+            try:
+                self.lease = store().renew(self.lease, self.app_id)
+            except LeaseLost as exc:
+                self._lose(str(exc))
+                return
+            except Exception as exc:  # the store did not answer: the lease runs out on its own
+                log.warning("%s: lease renewal failed (%s); retrying", self.lease.holder.pipeline, exc)
+                continue
+            try:
+                if self.stop_requested is not None and self.stop_requested():
+                    self.stop.set()
+            except Exception as exc:
+                log.warning("%s: could not read its stop requests (%s)", self.lease.holder.pipeline, exc)

@@ -1,22 +1,25 @@
-"""A stream's run files, in ``$SLUICE_HOME/run/<pipeline>/`` on the driver's machine.
+"""A stream's run records, in the run-state store (:mod:`sluice.state`) every host reaches.
 
-``driver.json`` (:class:`Driver`) is written by whoever launches the stream: how it was
-started, by whom, and what the user wants of it now. ``status.json`` (:class:`Status`) is
-written by the job every second while it runs: its state, Spark ids and last progress.
-``failures.json`` (:class:`Failures`) is the job's memory of how often in a row it failed
-on the same batch, which supervision reads to stop restarting a stream that cannot pass it.
+``driver`` (:class:`Driver`) is written by whoever launches the stream: how it was started,
+by whom, on which host, and what the user wants of it now (a stop asked for on any host
+reaches the driver through it). ``status`` (:class:`Status`) is written by the job every
+second while it runs: its state, Spark ids and last progress. ``failures`` (:class:`Failures`)
+is the job's memory of how often in a row it failed on the same batch, which supervision
+reads to stop restarting a stream that cannot pass it. The job writes its records fenced by
+its lease: a driver that lost it writes nothing over its successor's.
+
+What stays on the driver's machine is under :func:`run_dir`: its logs and event spool.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, Self
 
 from sluice import config
+from sluice.state import Lease, hostname, store
 
 #: What the user asked for last: keep it running, it was stopped on purpose, or run it once (available-now).
 Desired = Literal["running", "stopped", "once"]
@@ -24,22 +27,6 @@ Desired = Literal["running", "stopped", "once"]
 
 def run_dir(pipeline: str) -> Path:
     return config.sluice_home() / "run" / pipeline
-
-
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Replace a small JSON file atomically, so a reader never sees half of it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
-    tmp.replace(path)
-
-
-def read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def known_fields(cls: type, data: dict[str, Any]) -> dict[str, Any]:
@@ -50,7 +37,7 @@ def known_fields(cls: type, data: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass
 class Driver:
-    """How a detached run was started (``driver.json``)."""
+    """How a detached run was started (the ``driver`` record)."""
 
     pipeline: str
     pid: int  # the spark-submit process, leader of its own process group
@@ -61,19 +48,21 @@ class Driver:
     desired: Desired = "running"
     stopped_at: float | None = None
     stopped_by: str | None = None
+    host: str = field(default_factory=hostname)  # where the launcher ran: the log is there
+    owner: str = ""  # the launch's lease owner: a stop of this record is a stop of that run
 
     @classmethod
     def read(cls, pipeline: str) -> Self | None:
-        data = read_json(run_dir(pipeline) / "driver.json")
+        data = store().get("driver", pipeline)
         return cls(**known_fields(cls, data)) if data else None
 
     def save(self) -> None:
-        write_json(run_dir(self.pipeline) / "driver.json", asdict(self))
+        store().put("driver", self.pipeline, asdict(self))
 
 
 @dataclass
 class Status:
-    """What the job reports about itself (``status.json``)."""
+    """What the job reports about itself (the ``status`` record)."""
 
     pipeline: str
     state: str  # starting | running | stopped | finished | failed
@@ -85,14 +74,15 @@ class Status:
     ui: str | None = None
     error: str | None = None
     last_progress: dict[str, Any] = field(default_factory=dict)
+    host: str = field(default_factory=hostname)
 
     @classmethod
-    def read(cls, pipeline: str, name: str = "status.json") -> Self | None:
-        data = read_json(run_dir(pipeline) / name)
+    def read(cls, pipeline: str) -> Self | None:
+        data = store().get("status", pipeline)
         return cls(**known_fields(cls, data)) if data else None
 
-    def save(self, name: str = "status.json") -> None:
-        write_json(run_dir(self.pipeline) / name, asdict(self))
+    def save(self, fence: Lease | None = None) -> None:
+        store().put("status", self.pipeline, asdict(self), fence=fence)
 
 
 #: Failures further apart than this (seconds) are not "in a row".
@@ -101,7 +91,7 @@ FORGET_AFTER = 3600.0
 
 @dataclass
 class Failures:
-    """How many runs in a row failed on the same batch (``failures.json``), and why.
+    """How many runs in a row failed on the same batch (the ``failures`` record), and why.
 
     Written by the job as it fails; cleared by a start a person asked for, so that a
     changed rule or fixed data gets its own attempts.
@@ -116,11 +106,13 @@ class Failures:
 
     @classmethod
     def read(cls, pipeline: str) -> Self | None:
-        data = read_json(run_dir(pipeline) / "failures.json")
+        data = store().get("failures", pipeline)
         return cls(**known_fields(cls, data)) if data else None
 
     @classmethod
-    def record(cls, pipeline: str, batch: int, cause: str, now: float | None = None) -> Self:
+    def record(
+        cls, pipeline: str, batch: int, cause: str, now: float | None = None, fence: Lease | None = None
+    ) -> Self:
         """Count one more failure: the next in a row on ``batch``, or the first on a new one.
         A failure long after the last one starts counting again: an idle stream that meets a
         passing outage now and then, on the same next batch, is not failing in a loop."""
@@ -130,9 +122,9 @@ class Failures:
             failures = cls(pipeline, batch, last.count + 1, cause, last.first_at, now)
         else:
             failures = cls(pipeline, batch, 1, cause, now, now)
-        write_json(run_dir(pipeline) / "failures.json", asdict(failures))
+        store().put("failures", pipeline, asdict(failures), fence=fence)
         return failures
 
     @staticmethod
-    def clear(pipeline: str) -> None:
-        (run_dir(pipeline) / "failures.json").unlink(missing_ok=True)
+    def clear(pipeline: str, fence: Lease | None = None) -> None:
+        store().delete("failures", pipeline, fence=fence)

@@ -3,12 +3,7 @@ endpoint registers the tables there, serves them, and they outlive the endpoint.
 
 from __future__ import annotations
 
-import glob
 import json
-import os
-import shutil
-import subprocess
-import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
@@ -17,6 +12,7 @@ import psutil
 import pytest
 
 from sluice.dev.ports import free_port
+from sluice.dev.postgres import PostgresServer
 from sluice.errors import InvalidInput
 from sluice.ops import sql as ops
 from sluice.ops.target import LocalTarget
@@ -29,73 +25,21 @@ pytestmark = pytest.mark.integration
 PASSWORD = "m3tastore-s3cret"
 
 
-def _postgres_bin() -> Path:
-    found = shutil.which("initdb") or next(iter(sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))), None)
-    if not found:
-        pytest.fail("PostgreSQL's initdb is not installed: `make test` installs it (apt-get install postgresql)")
-    return Path(found).resolve().parent
-
-
-def psql(port: int, database: str, *args: str) -> list[str]:
-    """A psql command as the test server's user, with its password."""
-    return [
-        "env",
-        f"PGPASSWORD={PASSWORD}",
-        "psql",
-        "-h",
-        "127.0.0.1",
-        "-p",
-        str(port),
-        "-U",
-        "sluice",
-        "-d",
-        database,
-        *args,
-    ]
-
-
 @pytest.fixture(scope="module")
-def postgres() -> Iterator[tuple[str, int]]:
-    """A throw-away server; PostgreSQL refuses to run as root, so as root it runs as ``postgres``
-    (in a folder of its own under /tmp: pytest's temporary folders are root's alone)."""
-    bin_dir, port = _postgres_bin(), free_port()
-    base = Path(tempfile.mkdtemp(prefix="sluice-postgres-"))
-    data = base / "data"
-    as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-    if as_user:
-        shutil.chown(base, "postgres")
-
-    def run(*cmd: str) -> None:
-        done = subprocess.run([*as_user, *cmd], capture_output=True, text=True, timeout=120)
-        assert done.returncode == 0, done.stdout + done.stderr
-
-    secret = base / "initdb-password"
-    secret.write_text(PASSWORD)
-    if as_user:
-        shutil.chown(secret, "postgres")
-    run(
-        str(bin_dir / "initdb"),
-        "-D",
-        str(data),
-        "-A",
-        "scram-sha-256",
-        f"--pwfile={secret}",
-        "-U",
-        "sluice",
-        "--no-sync",
-    )
-    options = f"-p {port} -k {base} -c listen_addresses=127.0.0.1 -c fsync=off"
-    run(str(bin_dir / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(base / "log"), "-w", "start")
+def postgres() -> Iterator[tuple[str, PostgresServer]]:
     try:
-        run(*psql(port, "postgres", "-c", "CREATE DATABASE hive"))
-        yield f"jdbc:postgresql://127.0.0.1:{port}/hive", port
+        server = PostgresServer(password=PASSWORD).start()
+    except FileNotFoundError as exc:
+        pytest.fail(f"{exc}")
+    try:
+        server.create_database("hive")
+        yield f"jdbc:postgresql://127.0.0.1:{server.port}/hive", server
     finally:
-        run(str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop")
-        shutil.rmtree(base, ignore_errors=True)
+        server.stop()
 
 
 def test_the_catalog_lives_in_postgresql(postgres, spark, tmp_path: Path, monkeypatch) -> None:
-    url, port = postgres
+    url, server = postgres
     pipeline = make_pipeline(tmp_path, "unused-topic", name="pg_signals")
     spark.range(1234).selectExpr("id", "cast(id % 4 AS string) AS date").write.format("delta").partitionBy("date").save(
         pipeline.sink_path
@@ -130,10 +74,5 @@ def test_the_catalog_lives_in_postgresql(postgres, spark, tmp_path: Path, monkey
     finally:
         assert "stopped the SQL endpoint" in ops.stop(by="test")
     # The registration is PostgreSQL's now, there after the endpoint is gone.
-    tables = subprocess.run(
-        psql(port, "hive", "-tAc", 'SELECT "TBL_NAME" FROM "TBLS"'),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert [t for t in tables.stdout.split() if t != "sluice_events"] == ["pg_signals"], tables.stderr
+    tables = server.psql("hive", 'SELECT "TBL_NAME" FROM "TBLS"')
+    assert [t for t in tables.split() if t != "sluice_events"] == ["pg_signals"]

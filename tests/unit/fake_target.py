@@ -1,8 +1,9 @@
 """A Spark target for unit tests of the actions: no JVM, no spark-submit.
 
 Its "stream" is a small Python process whose script is named ``ingest.py``, like the real
-job, so the actions find, judge and stop it exactly as they do a real driver: it writes
-``status.json`` as the job does (a heartbeat every 0.1 s) and stops on SIGTERM. How it
+job, so the actions find, judge and stop it exactly as they do a real driver: it adopts the
+launch's leases and renews them, reports its status as the job does (a heartbeat every
+0.1 s), and stops on SIGTERM or a stop request in the run-state store. How it
 behaves is chosen per target (``mode``). Bounded jobs are recorded; a validation writes the
 report the real job would.
 """
@@ -17,23 +18,30 @@ from sluice.errors import JobFailed
 from sluice.ops.submit import Submission
 
 DRIVER = r"""
-import json, os, signal, sys, time
-from pathlib import Path
+import os, signal, sys, threading, time
 
-mode, status = sys.argv[1], Path(os.environ["SLUICE_HOME"]) / "run" / sys.argv[2] / "status.json"
+from sluice.records import locks
+from sluice.records.run import Driver, Failures, Status
+from sluice.spec import load_pipeline
 
-def report(state, error=None):
-    status.parent.mkdir(parents=True, exist_ok=True)
-    tmp = status.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"pipeline": sys.argv[2], "state": state, "pid": os.getpid(),
-                               "updated_at": time.time(), "app_id": "local-fake", "error": error}))
-    tmp.replace(status)
-
-stopping = []
-signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
+mode, name = sys.argv[1], sys.argv[2]
+pipeline = load_pipeline(sys.argv[sys.argv.index("--spec") + 1])
+stopping = threading.Event()
+signal.signal(signal.SIGTERM, lambda *_: stopping.set())
 print("fake driver", mode, "WARN something Spark would say", flush=True)
 if mode == "exit":
     sys.exit(3)
+lease = locks.take(name, locks.claims_for(pipeline), os.environ.get(locks.OWNER_ENV))
+
+def asked():
+    driver = Driver.read(name)
+    return driver is not None and driver.owner == lease.holder.owner and driver.desired == "stopped"
+
+keeper = locks.Keeper(lease, threading.Event() if mode == "ignore-term" else stopping, asked, every=0.1).start()
+
+def report(state, error=None):
+    Status(name, state, os.getpid(), time.time(), "local-fake", error=error).save(fence=keeper.lease)
+
 if mode == "fail":
     report("failed", "the table has data but the checkpoint is new")
     sys.exit(3)
@@ -44,18 +52,18 @@ if mode == "ignore-term":
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 report("running")
 if mode == "crash":  # runs, then fails on the same batch every time, as a fail rule makes it
-    from sluice.records.run import Failures
-
     time.sleep(0.3)
     cause = "expectation 'card_id_format' failed for 1 of 1 records in batch 2"
-    Failures.record(sys.argv[2], 2, cause)
+    Failures.record(name, 2, cause, fence=keeper.lease)
     report("failed", cause)
     sys.exit(1)
-while not stopping:
+while not stopping.is_set():
     if mode != "hang":
         report("running")
     time.sleep(0.1)
 report("stopped")
+keeper.close()
+locks.release(keeper.lease)
 """
 
 

@@ -18,10 +18,12 @@ from confluent_kafka import KafkaError, KafkaException
 
 from sluice.errors import AlreadyRunning, InvalidInput, JobFailed, NothingToDo, StartFailed, StreamUnhealthy
 from sluice.ops import backfill, publish, stream, validate
+from sluice.records import locks
 from sluice.records.audit import BatchAudit, file_name
 from sluice.records.backfill import BackfillPlan
 from sluice.records.run import FORGET_AFTER, Driver, Failures, Status
 from sluice.spec import Pipeline, load_pipeline
+from sluice.state import Holder, hostname, store
 from tests.derived_tables import derived_spec
 from tests.fixtures import make_pipeline
 from tests.unit.fake_target import FakeTarget
@@ -344,11 +346,9 @@ def test_publish_announces_each_batch_once_including_backfills(home: Path, pipel
     assert publish.publish(pipeline, emitted.append)["records_quarantined"] == 7  # not lost by the failed emit
 
 
-def test_a_recorded_pid_is_the_driver_only_if_it_runs_that_pipeline_and_started_before_its_record(
-    home: Path, pipeline: Pipeline
-) -> None:
-    """After a container restart a pid in run/<name>/driver.json can name any process: a
-    second pipeline's driver must never be taken for the first's, nor stopped by its stop."""
+def test_a_pid_in_a_record_is_no_driver_a_lease_is(home: Path, pipeline: Pipeline) -> None:
+    """After a container restart a pid in a run record can name any process: a driver is
+    whoever holds the pipeline's lease, and a holder's pid means something only on its host."""
     import subprocess
     import sys
 
@@ -356,18 +356,22 @@ def test_a_recorded_pid_is_the_driver_only_if_it_runs_that_pipeline_and_started_
     cmd = [sys.executable, "-c", "import time; time.sleep(30)", "ingest.py", "--spec", str(other.spec_path)]
     proc = subprocess.Popen(cmd)
     try:
-        deadline = time.monotonic() + 10
-        while "--spec" not in psutil.Process(proc.pid).cmdline() and time.monotonic() < deadline:
-            time.sleep(0.01)
         Driver(pipeline.name, proc.pid, cmd, "log", time.time(), "test").save()
-        assert stream.driver_process(pipeline) is None
+        assert stream.running(pipeline) is None and stream.driver_process(pipeline) is None
         assert stream.stop(pipeline, by="test") == f"{pipeline.name} is not running; it stays stopped"
         assert proc.poll() is None  # the other pipeline's driver runs on
 
-        Driver(other.name, proc.pid, cmd, "log", time.time() - 3600, "test").save()  # recorded before it started
-        assert stream.driver_process(other) is None
-        Driver(other.name, proc.pid, cmd, "log", time.time(), "test").save()
-        assert stream.driver_process(other) is not None
+        claims = locks.claims_for(pipeline)
+        store().acquire(claims, Holder(pipeline.name, hostname(), proc.pid, "here"), ttl=60)
+        assert (held := stream.running(pipeline)) is not None and held.pid == proc.pid
+        proc.kill()
+        proc.wait()
+        assert stream.running(pipeline) is None  # gone from this host: free at once, not after 60 s
+        store().acquire(claims, Holder(pipeline.name, "host-b", proc.pid, "there"), ttl=60)
+        assert (held := stream.running(pipeline)) is not None and held.host == "host-b"
+        assert stream.driver_process(pipeline) is None  # nothing to signal here
+        with pytest.raises(AlreadyRunning, match=f"{pipeline.name} is already running on host-b"):
+            stream.start(pipeline, FakeTarget(home), by="test")
     finally:
         proc.kill()
         proc.wait()
