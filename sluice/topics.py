@@ -38,14 +38,16 @@ class TopicResult:
 
 
 def create_topics(bootstrap: str, names: list[str], partitions: int = 1, timeout: float = 30.0) -> list[TopicResult]:
-    """Create topics that do not exist yet (idempotent); report each one's partitions."""
+    """Create topics that do not exist yet (idempotent); report each one's partitions. Their
+    copies and ``min.insync.replicas`` are the brokers' defaults: one on the embedded broker,
+    three (two in sync) on the cluster layout's."""
     admin = AdminClient(_conf(bootstrap))
     existing = admin.list_topics(timeout=timeout).topics
     wanted = [n for n in names if n not in existing]
     created: set[str] = set()
     if wanted:
         futures = admin.create_topics(
-            [NewTopic(n, num_partitions=partitions, replication_factor=1) for n in wanted],
+            [NewTopic(n, num_partitions=partitions, replication_factor=-1) for n in wanted],
             operation_timeout=timeout,
         )
         for name, fut in futures.items():

@@ -22,6 +22,7 @@ import yaml
 from sluice import config
 from sluice.dev.broker import EmbeddedBroker
 from sluice.dev.ports import free_port
+from sluice.dev.postgres import PostgresServer
 from sluice.records import audit
 from sluice.spec import Pipeline, load_pipeline
 from sluice.topics import create_topics
@@ -55,6 +56,30 @@ def broker(sluice_home: Path) -> Iterator[EmbeddedBroker]:
     b.start(timeout=120)
     yield b
     b.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """One PostgreSQL server (Debian's) per test session: the run-state store of the tests
+    that play several hosts; each takes a database of its own (:func:`shared_state`)."""
+    try:
+        server = PostgresServer().start()
+    except FileNotFoundError as exc:
+        pytest.fail(str(exc))
+    yield server
+    server.stop()
+
+
+def shared_state(server: PostgresServer, monkeypatch: pytest.MonkeyPatch, ttl: float | None = None) -> dict[str, str]:
+    """Point this test (and the drivers it starts) at a fresh run-state database; its env."""
+    database = f"state_{uuid.uuid4().hex[:12]}"
+    server.create_database(database)
+    env = {"SLUICE_STATE": server.url(database), "PGPASSFILE": str(server.passfile)}
+    if ttl is not None:
+        env["SLUICE_LEASE_TTL"] = str(ttl)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    return env
 
 
 @pytest.fixture(scope="session")

@@ -57,6 +57,11 @@ logger.state.level = WARN
 """
 
 
+def new_cluster_id() -> str:
+    """Kafka's cluster ids are 16 random bytes in URL-safe base64 without padding."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
 @dataclass(frozen=True)
 class EmbeddedBroker:
     home: Path
@@ -65,6 +70,12 @@ class EmbeddedBroker:
     jars: Path
     heap: str = "512m"
     log_level: str = "INFO"
+    #: In a cluster (:class:`KafkaCluster`): this node's id, every node's (id, controller port),
+    #: the id all nodes format their storage with, and how many copies each partition has.
+    node_id: int = 1
+    voters: tuple[tuple[int, int], ...] = ()
+    cluster_id: str | None = None
+    replication: int = 1
 
     @classmethod
     def default(cls) -> EmbeddedBroker:
@@ -94,12 +105,15 @@ class EmbeddedBroker:
         return self.home / "logs" / "server.log"
 
     def properties(self) -> str:
-        """server.properties for one combined broker+controller node on loopback."""
+        """server.properties for one combined broker+controller node on loopback (one of
+        several in a cluster: then topics get ``replication`` copies, two of them in sync)."""
+        voters = self.voters or ((self.node_id, self.controller_port),)
+        rf, isr = self.replication, min(2, self.replication)
         return "\n".join(
             [
                 "process.roles=broker,controller",
-                "node.id=1",
-                f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
+                f"node.id={self.node_id}",
+                "controller.quorum.voters=" + ",".join(f"{n}@127.0.0.1:{p}" for n, p in voters),
                 f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
                 f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
                 "controller.listener.names=CONTROLLER",
@@ -107,12 +121,14 @@ class EmbeddedBroker:
                 "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
                 f"log.dirs={self.data_dir}",
                 "num.partitions=1",
-                "offsets.topic.replication.factor=1",
+                f"default.replication.factor={rf}",
+                f"min.insync.replicas={isr}",
+                f"offsets.topic.replication.factor={rf}",
                 "offsets.topic.num.partitions=1",
-                "transaction.state.log.replication.factor=1",
-                "transaction.state.log.min.isr=1",
-                "share.coordinator.state.topic.replication.factor=1",
-                "share.coordinator.state.topic.min.isr=1",
+                f"transaction.state.log.replication.factor={rf}",
+                f"transaction.state.log.min.isr={isr}",
+                f"share.coordinator.state.topic.replication.factor={rf}",
+                f"share.coordinator.state.topic.min.isr={isr}",
                 "group.initial.rebalance.delay.ms=0",
                 "auto.create.topics.enable=false",
                 # Development defaults: keep a week, small segments, few threads.
@@ -165,8 +181,7 @@ class EmbeddedBroker:
     def _format_storage(self, conf: Path) -> None:
         if (self.data_dir / "meta.properties").exists():
             return
-        # Kafka's cluster ids are 16 random bytes in URL-safe base64 without padding.
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        cluster_id = self.cluster_id or new_cluster_id()
         proc = subprocess.run(
             # `--cluster-id=`: an id can start with "-", which argparse would take for an option.
             self._jvm("kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c", str(conf)),
@@ -262,3 +277,70 @@ class EmbeddedBroker:
             if f.exists():
                 return "\n".join(f.read_text(errors="replace").splitlines()[-lines:])
         return ""
+
+
+class KafkaCluster:
+    """Three (``size``) combined broker+controller nodes in KRaft from the same jars, each a
+    process with its own folder and ports: the production layout's Kafka. Topics get three
+    copies and ``min.insync.replicas=2``, so one broker may go down without losing a write."""
+
+    def __init__(self, home: Path, ports: list[tuple[int, int]], jars: Path | None = None, heap: str = "384m"):
+        cluster_id_file = home / "cluster.id"
+        home.mkdir(parents=True, exist_ok=True)
+        if not cluster_id_file.exists():
+            cluster_id_file.write_text(new_cluster_id())
+        cluster_id = cluster_id_file.read_text().strip()
+        voters = tuple((n + 1, controller) for n, (_, controller) in enumerate(ports))
+        self.brokers = [
+            EmbeddedBroker(
+                home=home / f"broker-{n + 1}",
+                port=port,
+                controller_port=controller,
+                jars=jars or config.jars_dir("kafka"),
+                heap=heap,
+                node_id=n + 1,
+                voters=voters,
+                cluster_id=cluster_id,
+                replication=min(3, len(ports)),
+            )
+            for n, (port, controller) in enumerate(ports)
+        ]
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.brokers)
+
+    def start(self, timeout: float = 120.0) -> None:
+        """Start every node (a quorum needs a majority before any of them answers)."""
+        for b in self.brokers:
+            if b.pid() is None:
+                conf = b._write_config()
+                b._format_storage(conf)
+                out = open(b.home / "logs" / "stdout.log", "ab")  # noqa: SIM115 - owned by the child
+                proc = subprocess.Popen(
+                    b._jvm("kafka.Kafka", str(conf), heap=b.heap),
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+                out.close()
+                b.pid_file.write_text(str(proc.pid))
+        for b in self.brokers:
+            b.wait_ready(timeout)
+        self.wait_brokers(len(self.brokers), timeout)
+
+    def wait_brokers(self, count: int, timeout: float) -> None:
+        """Wait until ``count`` brokers are registered (topics then get every replica)."""
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+        deadline = time.monotonic() + timeout
+        while len(admin.list_topics(timeout=5).brokers) < count:
+            if time.monotonic() > deadline:
+                raise BrokerError(f"only {len(admin.list_topics(timeout=5).brokers)} of {count} brokers joined")
+            time.sleep(0.5)
+
+    def stop(self) -> None:
+        for b in self.brokers:
+            b.stop()

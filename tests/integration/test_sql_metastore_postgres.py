@@ -1,10 +1,9 @@
-"""The catalog in a real PostgreSQL (Debian's server, started here on a free port): the
-endpoint registers the tables there, serves them, and they outlive the endpoint."""
+"""The catalog in a real PostgreSQL (Debian's server, the test session's): the endpoint
+registers the tables there, serves them, and they outlive the endpoint."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 
@@ -22,24 +21,11 @@ from tests.fixtures import make_pipeline
 
 pytestmark = pytest.mark.integration
 
-PASSWORD = "m3tastore-s3cret"
 
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[tuple[str, PostgresServer]]:
-    try:
-        server = PostgresServer(password=PASSWORD).start()
-    except FileNotFoundError as exc:
-        pytest.fail(f"{exc}")
-    try:
-        server.create_database("hive")
-        yield f"jdbc:postgresql://127.0.0.1:{server.port}/hive", server
-    finally:
-        server.stop()
-
-
-def test_the_catalog_lives_in_postgresql(postgres, spark, tmp_path: Path, monkeypatch) -> None:
-    url, server = postgres
+def test_the_catalog_lives_in_postgresql(postgres: PostgresServer, spark, tmp_path: Path, monkeypatch) -> None:
+    server, password = postgres, postgres.password
+    server.create_database("hive")
+    url = f"jdbc:postgresql://127.0.0.1:{server.port}/hive"
     pipeline = make_pipeline(tmp_path, "unused-topic", name="pg_signals")
     spark.range(1234).selectExpr("id", "cast(id % 4 AS string) AS date").write.format("delta").partitionBy("date").save(
         pipeline.sink_path
@@ -49,20 +35,20 @@ def test_the_catalog_lives_in_postgresql(postgres, spark, tmp_path: Path, monkey
     monkeypatch.setenv("SLUICE_METASTORE_USER", "sluice")
     endpoint = Endpoint("127.0.0.1", free_port())
     # A password in the environment would reach the command line: refused before anything starts.
-    monkeypatch.setenv("SLUICE_METASTORE_PASSWORD", PASSWORD)
+    monkeypatch.setenv("SLUICE_METASTORE_PASSWORD", password)
     with pytest.raises(InvalidInput, match="SLUICE_METASTORE_PASSWORD_FILE"):
         ops.serve(LocalTarget(), endpoint, by="test")
     monkeypatch.delenv("SLUICE_METASTORE_PASSWORD")
     secret = tmp_path / "metastore-password"
-    secret.write_text(PASSWORD + "\n")
+    secret.write_text(password + "\n")
     secret.chmod(0o600)
     monkeypatch.setenv("SLUICE_METASTORE_PASSWORD_FILE", str(secret))
     served = ops.serve(LocalTarget(), endpoint, by="test")
     try:
         # The password is read by the driver: on no command line, in no run record.
-        assert PASSWORD not in json.dumps(asdict(served.driver))
+        assert password not in json.dumps(asdict(served.driver))
         commands = [" ".join(p.cmdline()) for p in psutil.Process(served.driver.pid).children(recursive=True)]
-        assert commands and not any(PASSWORD in c for c in commands)
+        assert commands and not any(password in c for c in commands)
         # (sluice_events too, when an earlier test's stream wrote the event log)
         assert [t for t in served.status.tables if t != "sluice_events"] == ["pg_signals"]
         assert served.status.metastore.startswith("PostgreSQL")
