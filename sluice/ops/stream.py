@@ -33,7 +33,7 @@ from sluice import config
 from sluice.errors import AlreadyRunning, InvalidInput, StartFailed, StopFailed, StreamUnhealthy
 from sluice.ops.health import Observation, Verdict, assess
 from sluice.ops.submit import ingest_submission
-from sluice.ops.target import SparkTarget
+from sluice.ops.target import ENDED, SparkTarget
 from sluice.records import audit as audits
 from sluice.records import locks
 from sluice.records.checkpoint import Committed, read_committed, upstream_lag
@@ -465,6 +465,16 @@ def status(pipeline: Pipeline, offsets: EndOffsets = broker_end_offsets, now: fl
     return StreamStatus(pipeline.name, obs, committed, verdict, driver, st, broker_error, rescued)
 
 
+def free_if_app_ended(pipeline: Pipeline, target: SparkTarget) -> bool:
+    """Free the leases of a driver whose Spark application the cluster reports ended (its host
+    died, or was cut off and its executors were taken back), without waiting for the lease to
+    expire. If that driver still lives somewhere, its leases' epochs keep it from writing."""
+    held = running(pipeline)
+    if held is None or not held.app_id or target.app_state(held.app_id) not in ENDED:
+        return False
+    return store().expire(locks.claims_for(pipeline), held.owner)
+
+
 @dataclass(frozen=True)
 class Supervised:
     status: StreamStatus
@@ -481,6 +491,7 @@ def supervise(
     offsets: EndOffsets = broker_end_offsets,
 ) -> Supervised:
     """One idempotent supervision pass: start or restart if needed, raise if unhealthy or failed."""
+    free_if_app_ended(pipeline, target)
     st = status(pipeline, offsets)
     if st.verdict.action in ("unhealthy", "failed"):
         raise StreamUnhealthy(f"{pipeline.name}: {st.verdict.reason}")

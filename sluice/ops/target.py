@@ -10,9 +10,11 @@ the same command through the Spark provider's hook and connection.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import subprocess
 import sys
+import urllib.request
 from typing import Protocol
 
 from sluice.errors import JobFailed
@@ -33,6 +35,33 @@ class SparkTarget(Protocol):
         """Run ``sub`` to its end; raise :class:`~sluice.errors.JobFailed` if it fails."""
         ...
 
+    def app_state(self, app_id: str) -> str | None:
+        """What the cluster says of a Spark application (RUNNING, FINISHED, KILLED, ...), or
+        None when it cannot tell: a driver's liveness beside its lease's heartbeats."""
+        ...
+
+
+#: Application states after which its driver is gone.
+ENDED = ("FINISHED", "KILLED", "FAILED")
+
+
+def standalone_app_state(master: str, app_id: str, ui: str | None = None) -> str | None:
+    """The state a standalone master's JSON API reports for ``app_id``: the master knows every
+    application, wherever its driver runs. Its web UI is ``SLUICE_SPARK_MASTER_UI``
+    (e.g. http://spark-master:8080); None without one, or when the master does not answer."""
+    ui = ui or os.environ.get("SLUICE_SPARK_MASTER_UI")
+    if not master.startswith("spark://") or not ui:
+        return None
+    try:
+        with urllib.request.urlopen(f"{ui.rstrip('/')}/json/", timeout=3) as resp:  # noqa: S310 - the operator's URL
+            data = json.loads(resp.read())
+    except (OSError, ValueError):
+        return None
+    for app in [*data.get("activeapps", []), *data.get("completedapps", [])]:
+        if app.get("id") == app_id:
+            return str(app.get("state"))
+    return None
+
 
 class LocalTarget:
     """spark-submit from the Spark runtime on this machine, to ``master``."""
@@ -50,6 +79,9 @@ class LocalTarget:
 
     def launch_command(self, sub: Submission) -> tuple[list[str], dict[str, str]]:
         return self._final(sub).command(spark_submit_binary()), submit_env(self._master)
+
+    def app_state(self, app_id: str) -> str | None:
+        return standalone_app_state(self._master, app_id)
 
     def run(self, sub: Submission) -> None:
         command, env = self.launch_command(sub)

@@ -81,6 +81,9 @@ class FakeTarget:
     def master(self) -> str:
         return self._master
 
+    def app_state(self, app_id: str) -> str | None:
+        return None  # no cluster to ask: leases alone tell
+
     def launch_command(self, sub: Submission) -> tuple[list[str], dict[str, str]]:
         self.launched.append(sub)
         name = sub.name.removeprefix("sluice-")
