@@ -23,8 +23,7 @@ from pyspark.sql import functions as F
 from jobs import hadoopfs
 from jobs.batches import last_committed
 from jobs.sinks import read_table
-from sluice.ops.backfill import refused_all
-from sluice.records.backfill import BackfillPlan, describe, size
+from sluice.records.backfill import BackfillPlan, describe, refused_all, size
 from sluice.records.checkpoint import parse_offsets
 from sluice.spec import Pipeline
 

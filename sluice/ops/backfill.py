@@ -23,7 +23,7 @@ import datetime as dt
 from sluice.errors import InvalidInput, NothingToDo
 from sluice.ops.submit import ingest_submission
 from sluice.ops.target import SparkTarget
-from sluice.records.backfill import BackfillPlan, Ranges, clip, plan_id, size
+from sluice.records.backfill import BackfillPlan, Ranges, clip, plan_id, refused_all, size
 from sluice.records.checkpoint import local_dir, read_committed
 from sluice.spec import Pipeline
 from sluice.topics import offsets_for_time, watermarks
@@ -125,18 +125,3 @@ def plan(
 def run(pipeline: Pipeline, target: SparkTarget, backfill: BackfillPlan) -> None:
     """Run the plan's available-now job on the target and wait; raises JobFailed."""
     target.run(ingest_submission(pipeline.spec_path, pipeline_name=pipeline.name, backfill=backfill))
-
-
-def refused_all(pipeline: Pipeline, desc: str, committed: dict[str, dict[int, int]]) -> str:
-    """Why a backfill has nothing left once the stream's part is refused."""
-    if not committed:
-        return (
-            f"nothing to backfill in {desc}: the {pipeline.name} stream has not committed a batch yet, and it "
-            "reads these records itself when it runs. Start the stream; a backfill re-reads only what it has "
-            "committed (for example history from before a start at 'latest')"
-        )
-    return (
-        f"nothing to backfill in {desc}: every record in it is at or after the {pipeline.name} stream's last "
-        "committed batch, so the stream reads it itself (a backfill would write it twice). A backfill re-reads "
-        "only what the stream has committed"
-    )

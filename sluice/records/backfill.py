@@ -11,7 +11,10 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
+
+if TYPE_CHECKING:
+    from sluice.spec import Pipeline
 
 #: topic -> partition -> [first offset, end offset)
 Ranges = dict[str, dict[int, tuple[int, int]]]
@@ -128,3 +131,18 @@ class BackfillPlan:
             )
         except (TypeError, IndexError, KeyError, json.JSONDecodeError) as exc:
             raise ValueError(f"not a backfill plan: {exc}") from None
+
+
+def refused_all(pipeline: Pipeline, desc: str, committed: dict[str, dict[int, int]]) -> str:
+    """Why a backfill has nothing left once the stream's part is refused."""
+    if not committed:
+        return (
+            f"nothing to backfill in {desc}: the {pipeline.name} stream has not committed a batch yet, and it "
+            "reads these records itself when it runs. Start the stream; a backfill re-reads only what it has "
+            "committed (for example history from before a start at 'latest')"
+        )
+    return (
+        f"nothing to backfill in {desc}: every record in it is at or after the {pipeline.name} stream's last "
+        "committed batch, so the stream reads it itself (a backfill would write it twice). A backfill re-reads "
+        "only what the stream has committed"
+    )
