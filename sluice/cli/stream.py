@@ -102,7 +102,8 @@ def status(spec: SpecArg, as_json: JsonOut = False) -> None:
         raise typer.Exit(0 if st.healthy else 1)
     obs = st.observation
     table = Table("", "", show_header=False, title=escape(p.name))
-    table.add_row("running", "yes" if obs.alive else "no")
+    held = st.holder
+    table.add_row("running", f"yes, on {held.host} (lease epoch {held.epoch})" if held else "no")
     table.add_row("wanted", obs.desired or "never started here")
     table.add_row("job state", escape(f"{obs.state or '-'}" + (f" ({obs.error})" if obs.error else "")))
     if st.status:

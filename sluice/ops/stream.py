@@ -401,6 +401,7 @@ class StreamStatus:
     status: Status | None
     broker_error: str | None = None  # the broker did not answer: lag unknown
     rescued: audits.Rescued | None = None  # recent batches kept undeclared fields in _rescued
+    holder: Holder | None = None  # the driver's lease: on which host, which epoch
 
     @property
     def healthy(self) -> bool:
@@ -417,6 +418,7 @@ class StreamStatus:
             "status": asdict(self.status) if self.status else None,
             "broker_error": self.broker_error,
             "rescued": asdict(self.rescued) if self.rescued else None,
+            "lease": asdict(self.holder) if self.holder else None,
         }
 
 
@@ -462,7 +464,7 @@ def status(pipeline: Pipeline, offsets: EndOffsets = broker_end_offsets, now: fl
         name=pipeline.name,
     )
     rescued = audits.rescued(pipeline) if pipeline.spec.sink.format != "kafka" else None
-    return StreamStatus(pipeline.name, obs, committed, verdict, driver, st, broker_error, rescued)
+    return StreamStatus(pipeline.name, obs, committed, verdict, driver, st, broker_error, rescued, held)
 
 
 def free_if_app_ended(pipeline: Pipeline, target: SparkTarget) -> bool:
