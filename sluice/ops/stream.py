@@ -422,11 +422,17 @@ class StreamStatus:
         }
 
 
+# Final states a driver reports on its way out, just before it releases its lease.
+FINAL = ("finished", "stopped", "failed")
+
+
 def status(pipeline: Pipeline, offsets: EndOffsets = broker_end_offsets, now: float | None = None) -> StreamStatus:
     """Observe the stream (without changing anything) and judge it."""
     now = time.time() if now is None else now
     driver, st = Driver.read(pipeline.name), Status.read(pipeline.name)
     held = running(pipeline)
+    if held is not None and st is not None and st.state in FINAL and st.updated_at >= held.acquired_at:
+        held = None  # the driver said it ended and is letting go of its lease: it is not running
     committed = read_committed(pipeline.checkpoint_path)
     lag, broker_error, lag_unit, lag_source = None, None, "records", "Kafka"
     up = pipeline.upstream

@@ -89,6 +89,17 @@ def test_run_once_is_recorded_as_once_and_not_restarted(home: Path, pipeline: Pi
     assert done.started is None and "ended (finished)" in done.status.verdict.reason
 
 
+def test_a_driver_that_reported_its_end_is_not_running_while_it_lets_go(home: Path, pipeline: Pipeline) -> None:
+    # The job saves its final state a moment before it releases its lease; in between it is ending, not healthy.
+    lease = locks.take(pipeline.name, locks.claims_for(pipeline), None)
+    Status(pipeline.name, "running", os.getpid(), time.time(), "local-1").save(fence=lease)
+    assert stream.status(pipeline, no_lag).observation.alive
+    Status(pipeline.name, "finished", os.getpid(), time.time(), "local-1").save(fence=lease)
+    st = stream.status(pipeline, no_lag)
+    assert not st.observation.alive and st.holder is None
+    locks.release(lease)
+
+
 @pytest.mark.parametrize(("mode", "words"), [("fail", "checkpoint is new"), ("exit", "exited")])
 def test_a_start_that_fails_says_why_with_the_log(home: Path, pipeline: Pipeline, mode: str, words: str) -> None:
     with pytest.raises(StartFailed, match=words) as failed:
