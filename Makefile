@@ -80,6 +80,16 @@ $(JARS)/metastore/.installed: pom.xml | $(SLUICE_HOME)/.tools
 	$(MVN) -P metastore dependency:copy-dependencies -DoutputDirectory=$(JARS)/metastore
 	@touch $@
 
+# The cluster layout's extras, not the embedded default's: S3A and the AWS SDK for tables on
+# s3a:// (~600 MiB), and S3Proxy, the object store `make cluster` and the drills run.
+$(JARS)/s3/.installed: pom.xml | $(SLUICE_HOME)/.tools
+	$(MVN) -P s3 dependency:copy-dependencies -DoutputDirectory=$(JARS)/s3
+	@touch $@
+
+$(JARS)/s3proxy/.installed: pom.xml | $(SLUICE_HOME)/.tools
+	$(MVN) -P s3proxy dependency:copy-dependencies -DoutputDirectory=$(JARS)/s3proxy
+	@touch $@
+
 # Hive's standalone JDBC driver, for the SQL endpoint's tests only (not in the runtime image).
 $(JARS)/jdbc/.installed: pom.xml | $(SLUICE_HOME)/.tools
 	$(MVN) -P jdbc dependency:copy-dependencies -DoutputDirectory=$(JARS)/jdbc
@@ -108,7 +118,7 @@ lint: setup
 types: setup
 	$(BIN)/mypy
 
-test: lint types $(SLUICE_HOME)/.postgres $(JARS)/jdbc/.installed
+test: lint types $(SLUICE_HOME)/.postgres $(JARS)/jdbc/.installed $(JARS)/s3/.installed $(JARS)/s3proxy/.installed
 	$(BIN)/pytest --timeout=900 --durations=15 $(PYTEST_ARGS)
 
 unit: setup

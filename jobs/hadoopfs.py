@@ -102,12 +102,31 @@ def read_text(spark: SparkSession, path: str) -> str:
         stream.close()
 
 
+#: Object stores whose objects appear whole when their upload completes, and whose "rename"
+#: is a copy: files are written in place there, not through a temporary file.
+OBJECT_STORES = ("s3a",)
+#: S3A's option for a create that fails if the object exists (S3's ``If-None-Match: *``).
+CONDITIONAL_CREATE = "fs.option.create.conditional.overwrite"
+
+
+def _on_object_store(fs: Any) -> bool:
+    return str(fs.getScheme()) in OBJECT_STORES
+
+
 def write_text(spark: SparkSession, path: str, text: str) -> None:
     """Write a whole file, replacing any previous one (a replayed batch rewrites it).
 
     Through a temporary file renamed over the old one, so a reader polling the folder (the
-    status command, a test) never sees a half-written file."""
+    status command, a test) never sees a half-written file; on S3 an object is only visible
+    once whole, so it is written in place."""
     fs, jpath = _fs(spark, path)
+    if _on_object_store(fs):
+        out = fs.create(jpath, True)
+        try:
+            out.write(bytearray(text.encode("utf-8")))
+        finally:
+            out.close()
+        return
     tmp = _write_temporary(spark, fs, jpath, text)
     _rename(spark, fs, tmp, jpath, "OVERWRITE")
 
@@ -143,10 +162,14 @@ def create_new(spark: SparkSession, path: str, text: str) -> bool:
 
     The text goes to a temporary file that is then renamed without overwriting (Hadoop's
     FileContext, as Spark's own metadata logs do), so readers see the whole file or none of
-    it. That refusal is atomic on HDFS only (local disks and S3A check, then rename):
-    callers that race for a name must also serialise themselves.
+    it. That refusal is atomic on HDFS only (a local disk checks, then renames): callers
+    that race for a name must also serialise themselves. On S3 the object is created with
+    S3A's conditional create (``If-None-Match: *``), which S3 itself refuses atomically
+    when the object exists: a put-if-absent.
     """
     fs, jpath = _fs(spark, path)
+    if _on_object_store(fs):
+        return _create_if_absent(fs, jpath, text)
     tmp = _write_temporary(spark, fs, jpath, text)
     try:
         _rename(spark, fs, tmp, jpath)
@@ -156,3 +179,24 @@ def create_new(spark: SparkSession, path: str, text: str) -> bool:
             raise
         fs.delete(tmp, False)
         return False
+
+
+#: What S3A raises when the object exists: at open (it looked first) or at close (S3's 412).
+_EXISTS = ("org.apache.hadoop.fs.FileAlreadyExistsException", "org.apache.hadoop.fs.s3a.RemoteFileChangedException")
+
+
+def _create_if_absent(fs: Any, jpath: Any, text: str) -> bool:
+    try:
+        out = fs.createFile(jpath).overwrite(False).must(CONDITIONAL_CREATE, "true").build()
+        try:
+            out.write(bytearray(text.encode("utf-8")))
+        finally:
+            out.close()
+        return True
+    except Py4JJavaError as exc:
+        cause = exc.java_exception
+        while cause is not None:
+            if cause.getClass().getName() in _EXISTS:
+                return False
+            cause = cause.getCause()
+        raise

@@ -21,6 +21,7 @@ import yaml
 
 from sluice import config
 from sluice.dev.broker import EmbeddedBroker
+from sluice.dev.objectstore import ObjectStoreError, S3Server
 from sluice.dev.ports import free_port
 from sluice.dev.postgres import PostgresServer
 from sluice.records import audit
@@ -83,6 +84,29 @@ def shared_state(server: PostgresServer, monkeypatch: pytest.MonkeyPatch, ttl: f
 
 
 @pytest.fixture(scope="session")
+def object_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """One S3 server (S3Proxy) per test session, with a bucket ``sluice``; tests that put
+    tables and checkpoints on s3a:// point their drivers at it with :func:`on_s3`."""
+    try:
+        server = S3Server(tmp_path_factory.mktemp("s3")).start()
+    except ObjectStoreError as exc:
+        pytest.fail(str(exc))
+    server.create_bucket(BUCKET)
+    yield server
+    server.stop()
+
+
+BUCKET = "sluice"
+
+
+def on_s3(server: S3Server, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Set this test (and the drivers it starts) up for the S3 server; a fresh folder's URI."""
+    for k, v in server.env().items():
+        monkeypatch.setenv(k, v)
+    return f"s3a://{BUCKET}/{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(scope="session")
 def spark(sluice_home: Path) -> Iterator[Any]:
     from jobs.session import local_session
 
@@ -107,17 +131,23 @@ def new_topic(broker: EmbeddedBroker, partitions: int = 2, prefix: str = "t") ->
 
 
 def make_pipeline(
-    folder: Path, topic: str, schema: str | dict[str, Any] = "device_signal/v1.json", **fields: Any
+    folder: Path,
+    topic: str,
+    schema: str | dict[str, Any] = "device_signal/v1.json",
+    store: str | None = None,
+    **fields: Any,
 ) -> Pipeline:
-    """Write a spec for ``topic`` with its tables and checkpoint under ``folder``."""
+    """Write a spec for ``topic`` with its tables and checkpoint under ``store`` (a URI, e.g.
+    from :func:`on_s3`) or ``folder``; the spec itself goes in ``folder``."""
     name = fields.pop("name", "p_" + topic.replace("-", "_"))
+    where = store or str(folder)
     spec: dict[str, Any] = {
         "name": name,
         "source": {"topics": [topic], "starting_offsets": "earliest"},
         "schema": schema if isinstance(schema, dict) else str(config.PROJECT_ROOT / "schemas" / schema),
         "event_time": {"field": "timestamp", "format": "epoch_seconds"},
-        "sink": {"format": "delta", "path": str(folder / "tables" / name)},
-        "checkpoint": str(folder / "checkpoints" / name),
+        "sink": {"format": "delta", "path": f"{where}/tables/{name}"},
+        "checkpoint": f"{where}/checkpoints/{name}",
         "allow_external_paths": True,  # tests keep each test's tables in its own temporary folder
     }
     for key, value in fields.items():
@@ -127,7 +157,7 @@ def make_pipeline(
     return load_pipeline(path)
 
 
-def _totals(folders: list[Path]) -> dict[str, int]:
+def _totals(folders: list[Any]) -> dict[str, int]:
     """Sum the per-batch audit files, checking each batch reconciles on its own."""
     totals = {"records_in": 0, "records_out": 0, "records_quarantined": 0}
     for f in audit.audit_files(folders):
@@ -140,7 +170,7 @@ def _totals(folders: list[Path]) -> dict[str, int]:
 
 def audit_totals(pipeline: Pipeline) -> dict[str, int]:
     """The stream's batches, summed (see :func:`_totals`)."""
-    return _totals([Path(pipeline.audit_path)])
+    return _totals([pipeline.audit_path])
 
 
 def all_audit_totals(pipeline: Pipeline) -> dict[str, int]:
@@ -150,26 +180,33 @@ def all_audit_totals(pipeline: Pipeline) -> dict[str, int]:
 
 def read_without_spark(fmt: str, path: str, columns: list[str] | None = None) -> Any:
     """A pipeline's table as another reader sees it: delta-rs for Delta, pyarrow over the
-    files the Parquet log lists. Returns a pyarrow Table (empty if nothing is committed)."""
+    files the Parquet log lists; local or on S3. Returns a pyarrow Table (empty if nothing is
+    committed)."""
     import pyarrow as pa
     import pyarrow.dataset as ds
-    from deltalake import DeltaTable
 
+    from sluice import storage
     from sluice.records import parquet_log
 
     empty = pa.table({c: [] for c in columns or []})
     if fmt == "delta":
-        return DeltaTable(path).to_pyarrow_table(columns=columns) if DeltaTable.is_deltatable(path) else empty
-    files = [str(parquet_log.local_path(e.path)) for e in parquet_log.committed_files(Path(path))]
-    if not files:
+        table = storage.delta_table(path)
+        return table.to_pyarrow_table(columns=columns) if table is not None else empty
+    located = [parquet_log.location(e.path).arrow() for e in parquet_log.committed_files(path)]
+    if not located:
         return empty
     import pyarrow.parquet as pq
 
+    fs, base = storage.Location(path).arrow()
+    files = [f for _, f in located]
     # Files written before the spec gained a column lack it: read them all under the merged
     # schema, as a reader with schema merging does.
-    dataset = ds.dataset(files, format="parquet", partitioning="hive", partition_base_dir=path)
-    merged = pa.unify_schemas([dataset.schema, *map(pq.read_schema, files)], promote_options="permissive")
-    dataset = ds.dataset(files, schema=merged, format="parquet", partitioning="hive", partition_base_dir=path)
+    dataset = ds.dataset(files, format="parquet", partitioning="hive", partition_base_dir=base, filesystem=fs)
+    schemas = [pq.read_schema(f, filesystem=fs) for f in files]
+    merged = pa.unify_schemas([dataset.schema, *schemas], promote_options="permissive")
+    dataset = ds.dataset(
+        files, schema=merged, format="parquet", partitioning="hive", partition_base_dir=base, filesystem=fs
+    )
     return dataset.to_table(columns=columns)
 
 

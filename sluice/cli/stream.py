@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -163,7 +162,7 @@ def audit(
 ) -> None:
     """Per-batch counts: records in = records out + records quarantined (+ late + filtered, derived)."""
     p = load(spec)
-    files = list(audits.audit_files([Path(p.audit_path)]))[-last:]
+    files = list(audits.audit_files([p.audit_path]))[-last:]
     if not files:
         fail(f"no batches recorded yet in {p.audit_path}", 1)
     if as_json:

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import datetime as dt
 
+from sluice import storage
 from sluice.errors import InvalidInput, NothingToDo
 from sluice.ops.submit import ingest_submission
 from sluice.ops.target import SparkTarget
 from sluice.records.backfill import BackfillPlan, Ranges, clip, plan_id, refused_all, size
-from sluice.records.checkpoint import local_dir, read_committed
+from sluice.records.checkpoint import read_committed
 from sluice.spec import Pipeline
 from sluice.topics import offsets_for_time, watermarks
 
@@ -49,9 +50,9 @@ def _or(value: int | None, default: int) -> int:
 
 
 def committed_offsets(pipeline: Pipeline) -> dict[str, dict[int, int]] | None:
-    """The live stream's committed end offsets; None when its checkpoint is not on this
-    machine (the job then clips the range itself, reading the checkpoint through Spark)."""
-    if local_dir(pipeline.checkpoint_path) is None:
+    """The live stream's committed end offsets; None when Sluice cannot read its checkpoint
+    without Spark (the job then clips the range itself, reading the checkpoint through Spark)."""
+    if not storage.reachable(pipeline.checkpoint_path):
         return None
     return read_committed(pipeline.checkpoint_path).offsets
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from sluice import storage
 from sluice.spec import Pipeline, SpecError, compatibility, load_all
 from sluice.spec.derived import (
     SESSION_END,
@@ -19,7 +20,7 @@ from sluice.spec.derived import (
     signature_changes,
 )
 
-Tables = Literal["match", "mismatch", "not local", "unreadable", "none yet", "kafka"]
+Tables = Literal["match", "mismatch", "not readable", "unreadable", "none yet", "kafka"]
 
 
 @dataclass(frozen=True)
@@ -69,16 +70,16 @@ def columns(p: Pipeline) -> list[tuple[str, str, str]]:
 
 
 def _record(p: Pipeline, name: str, *, needs_progress: bool = False) -> str | None:
-    """A file Sluice keeps in a local checkpoint, or None (not local, not there, or, with
+    """A file Sluice keeps in a checkpoint, or None (not readable here, not there, or, with
     ``needs_progress``, no batch planned yet)."""
-    from sluice.records.checkpoint import local_dir
-
-    root = local_dir(p.checkpoint_path)
-    if root is None or not (root / name).is_file():
+    if not storage.reachable(p.checkpoint_path):
         return None
-    if needs_progress and not any((root / "offsets").glob("*")):
+    root = storage.Location(p.checkpoint_path)
+    if not (root / name).is_file():
         return None
-    return (root / name).read_text(encoding="utf-8")
+    if needs_progress and not (root / "offsets").children():
+        return None
+    return (root / name).read_text()
 
 
 def _state(p: Pipeline) -> str | None:
@@ -102,19 +103,19 @@ def _tables(p: Pipeline) -> tuple[Tables, str]:
     if p.derived and (problem := _state(p)):
         return "mismatch", problem
     schema = None if p.derived else _schema(p)
-    if not (compatibility.is_local(p.sink_path) and compatibility.is_local(p.quarantine_path)):
+    if not (compatibility.is_reachable(p.sink_path) and compatibility.is_reachable(p.quarantine_path)):
         if schema:
             return "mismatch", schema
-        return "not local", "the tables are not on this machine; the job compares them when it starts"
+        return "not readable", "Sluice cannot read these tables without Spark; the job compares them when it starts"
     try:
-        compatibility.check(p, compatibility.read_local)
+        compatibility.check(p, compatibility.read_shape)
     except compatibility.IncompatibleTable as exc:
         return "mismatch", "\n".join(filter(None, (str(exc), schema)))
     except Exception as exc:  # a reader's own errors (delta-rs, a damaged log): report and go on
         return "unreadable", f"could not read its tables to compare them: {exc}"
     if schema:
         return "mismatch", schema
-    exists = Path(p.sink_path).exists() or Path(p.quarantine_path).exists()
+    exists = any(storage.Location(t).is_dir() for t in (p.sink_path, p.quarantine_path))
     return ("match", "matches its tables") if exists else ("none yet", "no table written yet")
 
 

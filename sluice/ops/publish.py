@@ -29,5 +29,5 @@ def publish(pipeline: Pipeline, emit: Callable[[dict[str, int]], None]) -> dict[
     for f in new:
         totals.add(audit.read(f))
     emit(totals.as_dict())
-    store().put("published", pipeline.name, {"mtime": max(f.stat().st_mtime for f in new)})
+    store().put("published", pipeline.name, {"mtime": max(f.mtime() for f in new)})
     return totals.as_dict()

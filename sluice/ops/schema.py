@@ -229,31 +229,32 @@ def draft(
 
 
 def rescued_rows(pipeline: Pipeline) -> Iterator[dict[str, Any]]:
-    """The ``_rescued`` objects of a local table (delta-rs or pyarrow), without Spark."""
+    """The ``_rescued`` objects of a table (delta-rs or pyarrow; local or S3), without Spark."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     from sluice.records import parquet_log
-    from sluice.spec.compatibility import is_local
+    from sluice.spec.compatibility import is_reachable
 
     path = pipeline.sink_path
-    if not is_local(path):
-        raise InvalidInput(f"{pipeline.name}: the table {path} is not on this machine")
+    if not is_reachable(path):
+        raise InvalidInput(f"{pipeline.name}: Sluice cannot read the table {path} without Spark")
     if pipeline.spec.sink.format == "delta":
-        from deltalake import DeltaTable
+        from sluice import storage
 
-        if not DeltaTable.is_deltatable(path):
+        table = storage.delta_table(path)
+        if table is None:
             return
-        dataset = DeltaTable(path).to_pyarrow_dataset()
+        dataset = table.to_pyarrow_dataset()
         if RESCUED not in dataset.schema.names:
             return
         tables = [dataset.to_table(columns=[RESCUED], filter=pc.field(RESCUED).is_valid())]
     else:
-        files = [str(parquet_log.local_path(e.path)) for e in parquet_log.committed_files(Path(path))]
+        files = [parquet_log.location(e.path).arrow() for e in parquet_log.committed_files(path)]
         tables = [
-            pq.read_table(f, columns=[RESCUED]).filter(pc.field(RESCUED).is_valid())
-            for f in files
-            if RESCUED in pq.read_schema(f).names
+            pq.read_table(f, columns=[RESCUED], filesystem=fs).filter(pc.field(RESCUED).is_valid())
+            for fs, f in files
+            if RESCUED in pq.read_schema(f, filesystem=fs).names
         ]
     for table in tables:
         for text in table.column(RESCUED).to_pylist():

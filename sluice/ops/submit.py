@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sluice import config
+from sluice import config, storage
 from sluice.errors import SluiceError
 from sluice.records.backfill import BackfillPlan
 from sluice.sql.settings import DATABASE, Endpoint
@@ -55,6 +55,8 @@ def spark_conf(extra: dict[str, str] | None = None) -> dict[str, str]:
     python = os.environ.get("SLUICE_SPARK_PYTHON") or sys.executable
     return (
         BASE_CONF
+        # S3A's settings and jars when this host is set up for S3 (sluice.storage).
+        | storage.spark_conf()
         | {
             "spark.pyspark.python": python,
             "spark.pyspark.driver.python": python,
@@ -232,9 +234,10 @@ def catalog_conf() -> dict[str, str]:
     metastore, and the read-only rule for every session but the one trusted to register tables."""
     from sluice.sql.settings import metastore_conf
 
+    s3 = storage.spark_conf().get("spark.driver.extraClassPath")
     return metastore_conf() | {
         "spark.sql.extensions": BASE_CONF["spark.sql.extensions"] + ",sluice.sql.ReadOnly",
-        "spark.driver.extraClassPath": ":".join([*spark_jars(), *sql_jars()]),
+        "spark.driver.extraClassPath": ":".join([*spark_jars(), *sql_jars(), *([s3] if s3 else [])]),
         # Partitions are read from each table's files (and a Parquet table's commit log), so
         # a new date is visible without MSCK REPAIR.
         "spark.sql.hive.manageFilesourcePartitions": "false",

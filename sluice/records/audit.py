@@ -16,6 +16,7 @@ from typing import Any, Self
 
 from sluice.records.run import known_fields
 from sluice.spec import Pipeline
+from sluice.storage import Location
 
 
 @dataclass
@@ -62,20 +63,21 @@ def file_name(batch_id: int) -> str:
     return f"{batch_id:012d}.json"
 
 
-def folders(pipeline: Pipeline) -> list[Path]:
-    """The stream's audit folder and each backfill's, on this machine."""
-    backfills = Path(pipeline.checkpoint_path.rstrip("/") + "_backfills").glob("*/sluice_audit")
-    return [Path(pipeline.audit_path), *sorted(backfills)]
+def folders(pipeline: Pipeline) -> list[Location]:
+    """The stream's audit folder and each backfill's (local or on S3)."""
+    backfills = Location(pipeline.checkpoint_path.rstrip("/") + "_backfills").children()
+    return [Location(pipeline.audit_path), *(b / "sluice_audit" for b in backfills)]
 
 
-def audit_files(folder_list: Iterable[Path], newer_than: float = 0.0) -> Iterator[Path]:
+def audit_files(folder_list: Iterable[Location | Path | str], newer_than: float = 0.0) -> Iterator[Location]:
+    """Each batch's audit file in these folders, oldest batch first (only those changed after ``newer_than``)."""
     for folder in folder_list:
-        if folder.is_dir():
-            yield from (f for f in sorted(folder.glob("*.json")) if f.stat().st_mtime > newer_than)
+        files = [f for f in Location(str(folder)).children() if f.name.endswith(".json")]
+        yield from (f for f in files if not newer_than or f.mtime() > newer_than)
 
 
-def read(path: Path) -> BatchAudit:
-    return BatchAudit.from_json(path.read_text(encoding="utf-8"))
+def read(path: Location | Path) -> BatchAudit:
+    return BatchAudit.from_json(path.read_text())
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,7 @@ class Rescued:
 
 def rescued(pipeline: Pipeline, last: int = 50) -> Rescued | None:
     """What the stream's last ``last`` batches rescued; None when they rescued nothing."""
-    batches = [read(f) for f in list(audit_files([Path(pipeline.audit_path)]))[-last:]]
+    batches = [read(f) for f in list(audit_files([pipeline.audit_path]))[-last:]]
     paths: dict[str, int] = {}
     for b in batches:
         for path, n in b.rescued_paths.items():

@@ -3,16 +3,17 @@
 Spark's Kafka source never commits offsets to Kafka, so the checkpoint is the only record
 of how far a pipeline got. Supervision compares it with the broker's end offsets to
 measure lag, and uses the commit log's times to see whether the query still makes progress.
-Works on checkpoints on the local filesystem (the embedded default, and a driver's disk).
+Works wherever :mod:`sluice.storage` reaches: the local disk (the embedded default) and S3.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from sluice import storage
 from sluice.records import parquet_log
+from sluice.storage import Location
 
 
 @dataclass(frozen=True)
@@ -31,13 +32,6 @@ class Committed:
             done = self.offsets.get(topic, {})
             total += sum(max(0, end - done.get(p, 0)) for p, end in ends.items())
         return total
-
-
-def local_dir(path: str) -> Path | None:
-    """The checkpoint as a local path, or None if it lives on a remote filesystem."""
-    if path.startswith("file:"):
-        return Path(path.removeprefix("file:").removeprefix("//"))
-    return None if "://" in path else Path(path)
 
 
 def parse_offsets(text: str) -> dict[str, dict[int, int]]:
@@ -94,35 +88,33 @@ def split_changes(planned: dict[str, object], now: dict[str, object]) -> list[st
 
 
 def read_committed(checkpoint: str) -> Committed:
-    """The last committed batch of a local checkpoint (an empty result if none has committed)."""
-    root = local_dir(checkpoint)
-    if root is None:
-        raise ValueError(f"{checkpoint} is not on the local filesystem; read its progress from the job's status")
+    """The last committed batch of a checkpoint (an empty result if none has committed)."""
+    root = Location(checkpoint)
     last = _last_commit(root)
     if last is None:
         return Committed()
-    offsets = parse_offsets((root / "offsets" / str(last)).read_text(encoding="utf-8"))
-    return Committed(last, offsets, (root / "commits" / str(last)).stat().st_mtime)
+    offsets = parse_offsets((root / "offsets" / str(last)).read_text())
+    return Committed(last, offsets, (root / "commits" / str(last)).mtime())
 
 
-def _last_commit(root: Path) -> int | None:
-    return last_batch([p.name for p in (root / "commits").iterdir()] if (root / "commits").is_dir() else [])
+def _last_commit(root: Location) -> int | None:
+    return last_batch([p.name for p in (root / "commits").children()])
 
 
-def _committed_offset(root: Path) -> dict[str, object] | None:
+def _committed_offset(root: Location) -> dict[str, object] | None:
     """The table source's offset at the end of the last committed batch (the third line of its ``offsets/<n>``)."""
     last = _last_commit(root)
     if last is None:
         return None
-    lines = (root / "offsets" / str(last)).read_text(encoding="utf-8").splitlines()[2:]
+    lines = (root / "offsets" / str(last)).read_text().splitlines()[2:]
     return json.loads(lines[0]) if lines and lines[0].startswith("{") else None
 
 
-def _changes_data(commit: Path) -> bool:
+def _changes_data(commit: Location) -> bool:
     """Does a Delta commit add or remove data? (OPTIMIZE's and metadata commits do not, and
     the Delta source skips them without a batch.) A commit no longer there counts as data."""
     try:
-        text = commit.read_text(encoding="utf-8")
+        text = commit.read_text()
     except FileNotFoundError:
         return True
     for line in text.splitlines():
@@ -136,17 +128,18 @@ def _changes_data(commit: Path) -> bool:
 def upstream_lag(checkpoint: str, fmt: str, table: str) -> int | None:
     """How far a derived pipeline's checkpoint is behind the table it reads: Delta versions
     that change data and that no committed batch has read, or for a Parquet table, files its
-    log lists that the file source has not seen yet. None when either is not on local disk.
+    log lists that the file source has not seen yet. None when Sluice cannot read either.
 
     The Delta source's offset (``reservoirVersion``, ``index``) points into the version it
     reads next; ``index`` -1 means none of that version's files is read yet.
     """
-    root, upstream = local_dir(checkpoint), local_dir(table)
-    if root is None or upstream is None:
+    if not (storage.reachable(checkpoint) and storage.reachable(table)):
         return None
+    root, upstream = Location(checkpoint), Location(table)
     if fmt == "delta":
         log = upstream / "_delta_log"
-        newest = max((int(p.stem) for p in log.glob("*.json") if p.stem.isdigit()), default=None)
+        stems = [c.name.removesuffix(".json") for c in log.children() if c.name.endswith(".json")]
+        newest = max((int(s) for s in stems if s.isdigit()), default=None)
         if newest is None:
             return 0
         offset = _committed_offset(root)
@@ -158,8 +151,8 @@ def upstream_lag(checkpoint: str, fmt: str, table: str) -> int | None:
         return sum(1 for v in range(first, newest + 1) if _changes_data(log / f"{v:020d}.json"))
     seen: set[str] = set()
     sources = root / "sources" / "0"
-    for entry in sources.iterdir() if sources.is_dir() else []:
-        for line in entry.read_text(encoding="utf-8").splitlines()[1:]:
+    for entry in sources.children():
+        for line in entry.read_text().splitlines()[1:]:
             if line.startswith("{"):
-                seen.add(str(parquet_log.local_path(json.loads(line)["path"])))
-    return sum(1 for e in parquet_log.committed_files(upstream) if str(parquet_log.local_path(e.path)) not in seen)
+                seen.add(parquet_log.place(json.loads(line)["path"]))
+    return sum(1 for e in parquet_log.committed_files(upstream) if parquet_log.place(e.path) not in seen)

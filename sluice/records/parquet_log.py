@@ -35,6 +35,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+from sluice.storage import Location
+
 LOG_DIR = "_spark_metadata"
 VERSION = "v1"
 #: Spark's default ``spark.sql.streaming.fileSink.log.compactInterval``; its reader derives the
@@ -193,29 +195,34 @@ def partition_columns(table: str, entries: Iterable[Entry]) -> list[str]:
     return []
 
 
-# --- reading a local table ----------------------------------------------------------------
+# --- reading a table without Spark --------------------------------------------------------
 
 
-def local_path(uri: str) -> Path:
-    """A ``file:`` URI (as the log records paths, %-escaped) as a local path."""
+def location(uri: str) -> Location:
+    """A data file's URI as the log records it (%-escaped, as Hadoop writes paths), to read it."""
     if uri.startswith("file:"):
-        return Path(_path_part(uri))
+        return Location("/" + unquote(uri.removeprefix("file:")).lstrip("/"))
     if "://" in uri:
-        raise LogError(f"{uri} is not on the local filesystem")
-    return Path(uri)
+        scheme, rest = uri.split("://", 1)
+        return Location(f"{scheme}://{unquote(rest)}")
+    return Location(uri)
+
+
+def place(location: str) -> str:
+    """The path of a URI or local path, unescaped, for comparing places: ``file:///t`` -> ``/t``."""
+    return _path_part(location)
 
 
 def _path_part(location: str) -> str:
-    """The path of a URI or local path, unescaped, for comparing places: ``file:///t`` -> ``/t``."""
     if location.startswith("file:"):
         return "/" + unquote(location.removeprefix("file:")).lstrip("/")
     return unquote(location.split("://", 1)[1].split("/", 1)[1] if "://" in location else location)
 
 
-def committed_files(table: Path) -> list[Entry]:
-    """The files committed to a local Parquet table, as a reader that follows the log sees them."""
-    folder = table / LOG_DIR
-    names = [p.name for p in folder.iterdir()] if folder.is_dir() else []
+def committed_files(table: str | Path | Location) -> list[Entry]:
+    """The files committed to a Parquet table (local or on S3), as a reader that follows the log sees them."""
+    folder = (table if isinstance(table, Location) else Location(str(table))) / LOG_DIR
+    names = [c.name for c in folder.children()]
     newest = latest(names)
     if newest is None:
         return []
@@ -223,7 +230,9 @@ def committed_files(table: Path) -> list[Entry]:
     entries: list[Entry] = []
     for commit in needed(newest):
         path = folder / file_name(commit)
-        if not path.is_file():
-            raise LogError(f"{path} is missing: the log needs every commit since its last compaction")
-        entries += parse(path.read_text(encoding="utf-8"), str(path))
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            raise LogError(f"{path} is missing: the log needs every commit since its last compaction") from None
+        entries += parse(text, str(path))
     return live(entries)

@@ -11,7 +11,7 @@ accepts it, leaving files Spark then cannot read together (``PARQUET_COLUMN_DATA
 shape comes from its own log: Delta's schema and partition columns, or for Parquet the
 Spark schema Spark stores in each file's footer and the ``name=value`` folders. The job
 reads it through Spark (any filesystem), ``sluice check`` through delta-rs and pyarrow
-(:func:`read_local`); both compare with :func:`differences`.
+(:func:`read_shape`); both compare with :func:`differences`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from sluice.spec import evolution, flatten
 from sluice.spec.pipeline import Pipeline
@@ -195,29 +194,31 @@ def check(pipeline: Pipeline, read: Reader) -> None:
             )
 
 
-def read_local(fmt: str, path: str) -> Shape | None:
-    """A local table's shape, without Spark (delta-rs, pyarrow); None if it has no data yet."""
+def read_shape(fmt: str, path: str) -> Shape | None:
+    """A table's shape, without Spark (delta-rs, pyarrow; local or S3); None if it has no data yet."""
+    from sluice import storage
     from sluice.records import parquet_log
 
     if fmt == "delta":
-        from deltalake import DeltaTable
-
-        if not DeltaTable.is_deltatable(path):
+        table = storage.delta_table(path)
+        if table is None:
             return None
-        table = DeltaTable(path)
         return shape_from_spark_schema(table.schema().to_json(), list(table.metadata().partition_columns))
-    entries = parquet_log.committed_files(Path(path))
+    entries = parquet_log.committed_files(path)
     if not entries:
         return None
     import pyarrow.parquet as pq
 
     newest = parquet_log.newest(entries).path
-    footer = pq.read_schema(parquet_log.local_path(newest)).metadata or {}
+    fs, file = parquet_log.location(newest).arrow()
+    footer = pq.read_schema(file, filesystem=fs).metadata or {}
     if SPARK_SCHEMA_KEY not in footer:
         raise ValueError(f"{newest} was not written by Spark (no Spark schema in its footer)")
     return shape_from_spark_schema(footer[SPARK_SCHEMA_KEY].decode(), parquet_log.partition_columns(path, entries))
 
 
-def is_local(path: str) -> bool:
-    """Can :func:`read_local` reach it (a local path or ``file:`` URI)?"""
-    return path.startswith("file:") or "://" not in path
+def is_reachable(path: str) -> bool:
+    """Can :func:`read_shape` reach it (local disk or S3)?"""
+    from sluice import storage
+
+    return storage.reachable(path)

@@ -43,7 +43,7 @@ def audit_rescued(pipeline) -> int:
 
 def assert_nothing_quarantined(spark, pipeline, expected_in: int) -> None:
     # The table is what the spec predicts, as Spark and as delta-rs/pyarrow read it.
-    for read in (compatibility.read_local, lambda fmt, path: table_shape(spark, fmt, path)):
+    for read in (compatibility.read_shape, lambda fmt, path: table_shape(spark, fmt, path)):
         compatibility.check(pipeline, read)
     totals = audit_totals(pipeline)
     if totals["records_quarantined"]:

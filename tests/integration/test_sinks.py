@@ -125,7 +125,7 @@ def test_a_crashed_attempt_leaves_nothing_readable_and_its_retry_cleans_up(spark
     ParquetSink(spark, str(table), "date", "w").write(df, 1)
     assert spark.read.parquet(str(table)).count() == 10
     on_disk = [p for p in (table / day).glob("*.parquet")]
-    listed = {Path(parquet_log.local_path(e.path)).name for e in parquet_log.committed_files(table)}
+    listed = {parquet_log.location(e.path).name for e in parquet_log.committed_files(table)}
     assert {p.name for p in on_disk} == listed  # the dead attempt's files are gone
 
 

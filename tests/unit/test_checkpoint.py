@@ -72,7 +72,7 @@ def test_a_derived_pipeline_lags_by_the_upstream_versions_that_change_data(tmp_p
     # Part of version 2 read (a file index): the rest of it is not counted as waiting.
     committed_offset(cp, 1, {"sourceVersion": 1, "reservoirVersion": 2, "index": 0, "isStartingVersion": False})
     assert upstream_lag(str(cp), "delta", str(table)) == 1
-    assert upstream_lag("s3a://bucket/cp", "delta", str(table)) is None
+    assert upstream_lag("abfss://c@account.dfs.core.windows.net/cp", "delta", str(table)) is None
 
 
 def test_a_recorded_spec_restores_the_split_it_was_planned_under(tmp_path: Path) -> None:

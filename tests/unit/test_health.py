@@ -102,11 +102,11 @@ def test_read_committed_takes_the_newest_committed_batch(tmp_path) -> None:
     assert c.lag({"t": {0: 10, 1: 7, 2: 4}, "u": {0: 3}}) == 1 + 4 + 3  # new partition and topic count from 0
 
 
-def test_read_committed_on_an_empty_or_remote_checkpoint(tmp_path) -> None:
+def test_read_committed_on_an_empty_or_unsupported_checkpoint(tmp_path) -> None:
     assert read_committed(str(tmp_path / "nothing")) == Committed()
     assert read_committed(f"file://{tmp_path}") == Committed()
-    with pytest.raises(ValueError, match="not on the local filesystem"):
-        read_committed("s3a://bucket/checkpoints/x")
+    with pytest.raises(ValueError, match="on local disk and on s3a:// only"):
+        read_committed("abfss://c@account.dfs.core.windows.net/checkpoints/x")
 
 
 def test_process_identity_guards_against_reused_pids() -> None:

@@ -89,9 +89,9 @@ def test_committed_files_of_a_local_table(tmp_path: Path) -> None:
     assert log.committed_files(tmp_path / "nothing-here") == []
 
 
-def test_local_paths_from_uris() -> None:
-    assert log.local_path("file:///data/t/x.parquet") == Path("/data/t/x.parquet")
-    assert log.local_path("file:/data/t/x.parquet") == Path("/data/t/x.parquet")
-    assert log.local_path("file:/my%20data/t/x.parquet") == Path("/my data/t/x.parquet")  # Hadoop escapes paths
-    with pytest.raises(log.LogError, match="not on the local filesystem"):
-        log.local_path("s3a://bucket/t/x.parquet")
+def test_locations_from_the_uris_the_log_records() -> None:
+    assert log.location("file:///data/t/x.parquet").uri == "/data/t/x.parquet"
+    assert log.location("file:/data/t/x.parquet").uri == "/data/t/x.parquet"
+    assert log.location("file:/my%20data/t/x.parquet").uri == "/my data/t/x.parquet"  # Hadoop escapes paths
+    assert log.location("s3a://bucket/my%20t/x.parquet").uri == "s3a://bucket/my t/x.parquet"
+    assert log.place("s3a://bucket/my%20t/x.parquet") == "my t/x.parquet"
