@@ -13,7 +13,7 @@ JARS  := $(SLUICE_JARS)
 UV    := $(BIN)/uv
 MVN   := mvn -q -B
 
-.PHONY: setup demo airflow test lint types unit bench bench-latency bench-expectations bench-throughput bench-memory bench-sql bench-derived profile-ingest clean distclean help
+.PHONY: setup cluster-setup demo airflow test lint types unit bench bench-latency bench-expectations bench-throughput bench-memory bench-sql bench-derived profile-ingest clean distclean help
 
 help:
 	@echo "make demo   set up, then run the device-signal and payment pipelines end to end"
@@ -89,6 +89,9 @@ $(JARS)/s3/.installed: pom.xml | $(SLUICE_HOME)/.tools
 $(JARS)/s3proxy/.installed: pom.xml | $(SLUICE_HOME)/.tools
 	$(MVN) -P s3proxy dependency:copy-dependencies -DoutputDirectory=$(JARS)/s3proxy
 	@touch $@
+
+# Everything the cluster layout (`make cluster`) needs beyond `make setup`.
+cluster-setup: setup $(SLUICE_HOME)/.postgres $(JARS)/s3/.installed $(JARS)/s3proxy/.installed
 
 # Hive's standalone JDBC driver, for the SQL endpoint's tests only (not in the runtime image).
 $(JARS)/jdbc/.installed: pom.xml | $(SLUICE_HOME)/.tools

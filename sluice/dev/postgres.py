@@ -20,7 +20,7 @@ from sluice.dev.ports import free_port
 def bin_dir() -> Path:
     found = shutil.which("initdb") or next(iter(sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))), None)
     if not found:
-        raise FileNotFoundError("PostgreSQL's initdb is not installed: `make setup-cluster` installs it (apt-get)")
+        raise FileNotFoundError("PostgreSQL's initdb is not installed: `make cluster-setup` installs it (apt-get)")
     return Path(found).resolve().parent
 
 
