@@ -13,12 +13,13 @@ JARS  := $(SLUICE_JARS)
 UV    := $(BIN)/uv
 MVN   := mvn -q -B
 
-.PHONY: setup cluster-setup demo airflow test lint types unit bench bench-latency bench-expectations bench-throughput bench-memory bench-sql bench-derived profile-ingest clean distclean help
+.PHONY: setup cluster-setup cluster demo airflow test lint types unit bench bench-latency bench-expectations bench-throughput bench-memory bench-sql bench-derived profile-ingest clean distclean help
 
 help:
 	@echo "make demo   set up, then run the device-signal and payment pipelines end to end"
 	@echo "make test   set up, then lint, type-check and run the whole test suite"
 	@echo "make airflow  set up, then start Airflow standalone on http://127.0.0.1:8080 (dags/ as DAG folder)"
+	@echo "make cluster  the production layout on this machine: PostgreSQL, Redis, 3 Kafka brokers, Spark master + 2 workers, S3Proxy, Airflow + 2 Celery workers"
 	@echo "make setup  install the Spark runtime (.venv), the Airflow side (.venv-airflow) and the JVM jars"
 	@echo "make bench  the benchmarks below (benchmarks/results/)"
 	@echo "make bench-latency       micro-batch vs continuous vs the broker alone (~12 min)"
@@ -91,7 +92,17 @@ $(JARS)/s3proxy/.installed: pom.xml | $(SLUICE_HOME)/.tools
 	@touch $@
 
 # Everything the cluster layout (`make cluster`) needs beyond `make setup`.
-cluster-setup: setup $(SLUICE_HOME)/.postgres $(JARS)/s3/.installed $(JARS)/s3proxy/.installed
+cluster-setup: setup $(SLUICE_HOME)/.postgres $(SLUICE_HOME)/.redis $(JARS)/s3/.installed $(JARS)/s3proxy/.installed
+
+# Redis, the Celery executor's broker in the cluster layout (Debian's package).
+$(SLUICE_HOME)/.redis:
+	@command -v redis-server >/dev/null 2>&1 || { \
+	  echo "installing Redis (apt-get)"; \
+	  apt-get update -qq && apt-get install -y -qq redis-server >/dev/null; }
+	@mkdir -p $(SLUICE_HOME) && touch $@
+
+cluster: cluster-setup
+	$(BIN)/sluice cluster up
 
 # Hive's standalone JDBC driver, for the SQL endpoint's tests only (not in the runtime image).
 $(JARS)/jdbc/.installed: pom.xml | $(SLUICE_HOME)/.tools

@@ -26,9 +26,24 @@ def jars_dir(kind: str) -> Path:
     return (Path(base) if base else sluice_home() / "jars") / kind
 
 
+def store() -> str:
+    """Where a spec's relative table and checkpoint paths resolve: ``SLUICE_STORE`` (on a
+    cluster, a location every host reaches, such as ``s3a://bucket/sluice``), else
+    ``SLUICE_HOME``."""
+    return (os.environ.get("SLUICE_STORE") or str(sluice_home())).rstrip("/")
+
+
+def under_store(path: str) -> str:
+    """A relative path under :func:`store` (absolute paths and URIs stay as they are)."""
+    if "://" in path or path.startswith("/"):
+        return path
+    root = store()
+    return f"{root}/{path}" if "://" in root else str(Path(root) / path)
+
+
 def events_table() -> str:
     """The event log every stream's listener appends its batches' progress to (Delta)."""
-    return os.environ.get("SLUICE_EVENTS_TABLE") or str(sluice_home() / "tables" / "_sluice_events")
+    return os.environ.get("SLUICE_EVENTS_TABLE") or under_store("tables/_sluice_events")
 
 
 def pipelines_dir() -> Path:
@@ -52,5 +67,6 @@ def interpolation_env() -> dict[str, str]:
     """Variables a spec may use as ``${NAME}`` besides the process environment."""
     return {
         "SLUICE_HOME": str(sluice_home()),
+        "SLUICE_STORE": store(),
         "SLUICE_KAFKA_BOOTSTRAP": bootstrap_servers(),
     }

@@ -18,7 +18,7 @@ from confluent_kafka import KafkaException
 
 import sluice
 from sluice.airflow.env import airflow_binary, airflow_env
-from sluice.cli import broker, quality, schema, sql, stream, tables
+from sluice.cli import broker, cluster, quality, schema, sql, stream, tables
 from sluice.cli.output import console, error, fail, say
 from sluice.errors import NothingToDo, SluiceError
 from sluice.topics import kafka_reason
@@ -33,6 +33,7 @@ app.add_typer(broker.kafka_app, name="kafka")
 app.add_typer(broker.topics_app, name="topics")
 app.add_typer(sql.sql_app, name="sql")
 app.add_typer(schema.schema_app, name="schema")
+app.add_typer(cluster.cluster_app, name="cluster")
 
 
 def _version(value: bool) -> None:

@@ -200,11 +200,18 @@ def _derived(spec: PipelineSpec, spec_path: Path, source: TableSource, seen: tup
 
 
 def _check_paths(spec: PipelineSpec, spec_path: Path) -> None:
-    """Tables and checkpoints stay under $SLUICE_HOME, unless the spec allows external paths."""
-    home = config.sluice_home()
+    """Tables and checkpoints stay under $SLUICE_STORE (by default $SLUICE_HOME), unless the
+    spec allows external paths."""
+    home = Path(config.store()) if "://" not in config.store() else None
     paths = [("sink.path", spec.sink.path), ("sink.quarantine_path", spec.sink.quarantine_path)]
     for field, path in [*paths, ("checkpoint", spec.checkpoint)]:
         if path is None or "://" in path:
+            continue
+        if home is None:  # a store on S3: a relative path must stay under it
+            if Path(path).is_absolute() and not spec.allow_external_paths:
+                raise SpecError(spec_path, field, f"{path!r} is outside SLUICE_STORE ({config.store()})")
+            if os.path.normpath(path).startswith(".."):
+                raise SpecError(spec_path, field, f"{path!r} leads outside SLUICE_STORE ({config.store()})")
             continue
         resolved = Path(os.path.normpath(home / path))  # an absolute path replaces home
         if resolved == home or home in resolved.parents:

@@ -610,6 +610,4 @@ class Pipeline:
 
 
 def _under_home(path: str) -> str:
-    if "://" in path or path.startswith("/"):
-        return path
-    return str(config.sluice_home() / path)
+    return config.under_store(path)

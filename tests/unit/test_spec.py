@@ -43,6 +43,17 @@ def test_a_spec_and_schema_outside_the_repository(tmp_path, monkeypatch) -> None
     assert p.spec.trigger.spark_kwargs() == {"processingTime": "10 seconds"}
 
 
+def test_relative_paths_resolve_under_a_shared_store(tmp_path, monkeypatch) -> None:
+    """On a cluster, SLUICE_STORE puts every host's tables and checkpoints in one place."""
+    monkeypatch.setenv("SLUICE_STORE", "s3a://sluice/prod/")
+    p = load_pipeline(write(tmp_path, GOOD))
+    assert p.sink_path == "s3a://sluice/prod/tables/signals"
+    assert p.quarantine_path == "s3a://sluice/prod/tables/signals_quarantine"
+    assert p.checkpoint_path.startswith("s3a://sluice/prod/")
+    with pytest.raises(SpecError, match="leads outside SLUICE_STORE"):
+        load_pipeline(write(tmp_path, GOOD.replace("tables/signals", "../elsewhere/signals")))
+
+
 def test_defaults_and_spark_options(tmp_path) -> None:
     p = load_pipeline(write(tmp_path, GOOD))
     assert p.spec.sink.format == "delta"
