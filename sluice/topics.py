@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,7 +58,14 @@ def create_topics(bootstrap: str, names: list[str], partitions: int = 1, timeout
             except KafkaException as exc:
                 if "TOPIC_ALREADY_EXISTS" not in str(exc):
                     raise
-    md = admin.list_topics(timeout=timeout).topics
+    # On a cluster the broker asked next may learn of a new topic a moment after the
+    # controller made it: wait until each one shows its partitions.
+    deadline = time.monotonic() + timeout
+    while True:
+        md = admin.list_topics(timeout=timeout).topics
+        if all(n in md and md[n].partitions for n in names) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     return [TopicResult(n, len(md[n].partitions) if n in md else 0, n in created) for n in names]
 
 

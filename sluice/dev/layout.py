@@ -234,6 +234,12 @@ class Layout:
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.home / "airflow" / "passwords.json"),
             "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
             "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
+            # A host that died mid-task: its task instances fail after a minute, not five, so
+            # the next supervision (one run at a time per DAG) is not held up behind them.
+            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "60",
+            # Sluice's tasks are short (streams run detached); a task a dead worker had taken is
+            # handed to another after an hour, not Celery's default day.
+            "AIRFLOW__CELERY_BROKER_TRANSPORT_OPTIONS__VISIBILITY_TIMEOUT": "3600",
         }
         if host:
             env |= {"SLUICE_HOSTNAME": host, "SLUICE_HOME": str(self.home / "hosts" / host)}
@@ -326,9 +332,26 @@ class Layout:
         """Each service, whether it runs, and its resident memory (bytes)."""
         return [(s, s.process() is not None, s.rss()) for s in self.services]
 
+    def _host_processes(self) -> list[psutil.Process]:
+        """Streams' drivers the layout's hosts started (detached from the workers that did)."""
+        hosts = str(self.home / "hosts")
+        services = {s.pid for s in self.services}
+        found = []
+        for proc in psutil.process_iter():
+            try:
+                ours = proc.pid not in services and proc.environ().get("SLUICE_HOME", "").startswith(hosts)
+                if ours and os.getpgid(proc.pid) == proc.pid:  # a group leader: the driver, not its JVM
+                    found.append(proc)
+            except (psutil.Error, ProcessLookupError):
+                continue
+        return found
+
     def down(self, say: object = print) -> None:
         """Stop every process of the layout (its data stays, for the next ``up``)."""
         tell = say if callable(say) else print
+        for proc in self._host_processes():
+            tell(f"a driver of {proc.environ().get('SLUICE_HOSTNAME')} (pid {proc.pid}): stopping")
+            _stop_group(proc)
         for s in reversed(self.services):
             if s.name == "postgres":
                 continue

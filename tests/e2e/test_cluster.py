@@ -1,0 +1,347 @@
+"""The production layout (`sluice cluster up`), once for the module, and its failure drills.
+
+Every server is a process of its own, as on separate hosts: PostgreSQL, Redis, three KRaft
+brokers, a Spark master and two workers, S3Proxy, and Airflow's API server, scheduler, DAG
+processor, triggerer and two Celery workers acting as the hosts worker-1 and worker-2.
+Tables and checkpoints are on s3a://; each drill reads them back from the S3 server with
+delta-rs, compares them with what the brokers acknowledged, and reports the records lost
+and duplicated (both must be 0) and the time to recover. A drill that kills a server starts
+it again (``Layout.up`` starts what is down) so the next one finds the whole layout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from confluent_kafka.admin import AdminClient, ConfigResource
+
+from sluice.dev.generate import EventGenerator
+from sluice.dev.layout import Layout
+from sluice.dev.produce import send, synthetic
+from sluice.ops import stream
+from sluice.ops.target import LocalTarget
+from sluice.records.run import Driver
+from sluice.spec import Pipeline
+from sluice.topics import create_topics
+from tests.fixtures import kafka_keys, make_pipeline, read_without_spark
+
+pytestmark = [pytest.mark.e2e, pytest.mark.chaos]
+
+KEYS = ["_kafka_topic", "_kafka_partition", "_kafka_offset"]
+Sent = set[tuple[str, int, int]]
+
+
+@pytest.fixture(scope="module")
+def layout() -> Iterator[Layout]:
+    # Not under pytest's temporary folder: PostgreSQL runs as its own user (as root here),
+    # which must reach its data folder, and pytest's folders are private to this user.
+    home = Path(tempfile.mkdtemp(prefix="sluice-layout-"))
+    home.chmod(0o755)
+    with pytest.MonkeyPatch.context() as mp:
+        # The DAG processor reads the specs the drills write; nothing else of this run's.
+        mp.setenv("SLUICE_PIPELINES", str(home / "pipelines"))
+        (home / "pipelines").mkdir()
+        lay = Layout(home / "cluster")
+        began = time.monotonic()
+        lay.up(lambda _: None)
+        up_in = time.monotonic() - began
+        rss = sum(rss for _, _, rss in lay.status())
+        print(f"\nlayout up in {up_in:.0f}s, {len(lay.services)} processes, {rss / 2**30:.2f} GiB resident")
+        try:
+            yield lay
+        finally:
+            lay.down(lambda _: None)
+            shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture
+def hosts(layout: Layout, monkeypatch: pytest.MonkeyPatch) -> Layout:
+    """This test as a host of the layout: its brokers, master, shared run state and S3."""
+    for k, v in layout.env().items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("SLUICE_PIPELINES", str(layout.home.parent / "pipelines"))
+    return layout
+
+
+def spec(layout: Layout, topic: str, **fields: Any) -> Pipeline:
+    return make_pipeline(
+        layout.home.parent / "pipelines",
+        topic,
+        store=f"s3a://sluice/{uuid.uuid4().hex[:8]}",
+        name=topic.replace("-", "_"),
+        source={"bootstrap_servers": layout.kafka.bootstrap} | fields.pop("source", {}),
+        **fields,
+    )
+
+
+def written(p: Pipeline) -> list[tuple[str, int, int]]:
+    return kafka_keys(read_without_spark("delta", p.sink_path, KEYS)) + kafka_keys(
+        read_without_spark("delta", p.quarantine_path, KEYS)
+    )
+
+
+def produce(layout: Layout, topic: str, gen: EventGenerator, n: int, rate: float | None = None) -> Sent:
+    report = send(layout.kafka.bootstrap, topic, synthetic(gen, n), rate=rate, keep=True)
+    return {(topic, d.partition, d.offset) for d in report.delivered}
+
+
+def wait_written(p: Pipeline, count: int, why: Callable[[], str], timeout: float = 240) -> float:
+    began = time.monotonic()
+    while len(set(written(p))) < count:
+        assert time.monotonic() - began < timeout, f"{len(set(written(p)))} of {count} written\n{why()}"
+        time.sleep(0.5)
+    return time.monotonic() - began
+
+
+def verdict(p: Pipeline, sent: Sent) -> dict[str, int]:
+    rows = written(p)
+    return {"records": len(sent), "lost": len(sent - set(rows)), "duplicated": len(rows) - len(set(rows))}
+
+
+def running(layout: Layout, name: str) -> psutil.Process:
+    service = layout.service(name)
+    proc = service.process() if service is not None else None
+    assert proc is not None, f"{name} is not running"
+    return proc
+
+
+def driver_log(p: Pipeline) -> str:
+    d = Driver.read(p.name)
+    return stream.log_tail(d.log, 60) if d is not None and Path(d.log).exists() else f"no driver log for {p.name}"
+
+
+# --- the layout ---------------------------------------------------------------------------
+
+
+def test_topics_get_three_copies_two_in_sync(hosts: Layout) -> None:
+    bootstrap = hosts.kafka.bootstrap
+    [made] = create_topics(bootstrap, ["rf-check"], partitions=3)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    md = admin.list_topics("rf-check", timeout=10).topics["rf-check"]
+    assert made.partitions == 3 and {len(p.replicas) for p in md.partitions.values()} == {3}
+    [conf] = admin.describe_configs([ConfigResource("topic", "rf-check")]).values()
+    assert conf.result()["min.insync.replicas"].value == "2"
+
+
+# --- Kafka and Spark ----------------------------------------------------------------------
+
+
+def test_killing_a_partition_leader_mid_stream_loses_nothing(hosts: Layout, capsys) -> None:
+    topic = "leader-drill"
+    create_topics(hosts.kafka.bootstrap, [topic], partitions=2)
+    p = spec(hosts, topic, trigger={"processing_time": "500 milliseconds"})
+    gen = EventGenerator(p, seed=26)
+    sent = produce(hosts, topic, gen, 500)
+    stream.start(p, LocalTarget(hosts.spark_master), by="drill")
+    try:
+        wait_written(p, 500, lambda: driver_log(p))
+        # A producer keeps writing (acks=all) while the leader of partition 0 is killed.
+        report: dict[str, Sent] = {}
+        producing = threading.Thread(target=lambda: report.update(sent=produce(hosts, topic, gen, 1500, rate=300)))
+        producing.start()
+        time.sleep(1.5)
+        md = AdminClient({"bootstrap.servers": hosts.kafka.bootstrap}).list_topics(topic, timeout=10).topics[topic]
+        leader = md.partitions[0].leader
+        victim = next(b for b in hosts.kafka.brokers if b.node_id == leader)
+        pid = victim.pid()
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        producing.join(180)
+        sent |= report["sent"]
+        wait_written(p, len(sent), lambda: driver_log(p))
+        recovered = time.monotonic() - killed
+        st = stream.status(p)
+        assert st.observation.alive, st.verdict.reason  # the stream went on: no restart needed
+    finally:
+        stream.stop(p, by="drill")
+        hosts.up(lambda _: None)  # the broker comes back
+    result = verdict(p, sent)
+    with capsys.disabled():
+        print(f"\nleader-kill drill: broker {leader} killed, {result}, every record written {recovered:.1f}s after")
+    assert result["lost"] == 0 and result["duplicated"] == 0, result
+
+
+def test_killing_a_spark_worker_mid_batch_loses_nothing(hosts: Layout, capsys) -> None:
+    topic = "worker-drill"
+    create_topics(hosts.kafka.bootstrap, [topic], partitions=2)
+    p = spec(hosts, topic, source={"max_offsets_per_trigger": 200}, trigger={"processing_time": "500 milliseconds"})
+    gen = EventGenerator(p, seed=28)
+    sent = produce(hosts, topic, gen, 200)
+    stream.start(p, LocalTarget(hosts.spark_master), by="drill")
+    try:
+        wait_written(p, 200, lambda: driver_log(p))
+        sent |= produce(hosts, topic, gen, 1000)  # five batches' worth of backlog: batches are running
+        proc = running(hosts, "spark-worker-1")
+        victims = [proc, *proc.children(recursive=True)]  # the worker and its executor JVMs
+        for v in victims:
+            v.kill()
+        psutil.wait_procs(victims, timeout=30)
+        killed = time.monotonic()
+        wait_written(p, len(sent), lambda: driver_log(p))
+        recovered = time.monotonic() - killed
+        st = stream.status(p)
+        assert st.observation.alive, st.verdict.reason  # the other worker's executor took the tasks over
+    finally:
+        stream.stop(p, by="drill")
+        hosts.up(lambda _: None)  # the worker comes back
+    result = verdict(p, sent)
+    with capsys.disabled():
+        print(
+            f"\nspark-worker drill: worker-1 and its executors killed mid-batch, {result}, all written {recovered:.1f}s after"
+        )
+    assert result["lost"] == 0 and result["duplicated"] == 0, result
+
+
+# --- Airflow on Celery --------------------------------------------------------------------
+
+
+class Api:
+    """Airflow's REST API as the layout's admin."""
+
+    def __init__(self, layout: Layout) -> None:
+        self.base = f"http://127.0.0.1:{layout.ports.airflow}"
+        password = json.loads((layout.home / "airflow" / "passwords.json").read_text())["admin"]
+        self.token = ""
+        self.token = self.call("POST", "/auth/token", {"username": "admin", "password": password})["access_token"]
+
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        req = urllib.request.Request(
+            self.base + path,
+            method=method,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"}
+            | ({"Authorization": f"Bearer {self.token}"} if self.token else {}),
+        )
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return json.loads(resp.read() or b"null")
+
+    def runs(self, dag: str) -> list[dict[str, Any]]:
+        try:
+            return self.call("GET", f"/api/v2/dags/{dag}/dagRuns?order_by=-run_after&limit=20")["dag_runs"]
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            return []  # the API server is busy or restarting
+
+    def wait_dag(self, dag: str, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.call("GET", f"/api/v2/dags/{dag}")
+                return
+            except urllib.error.HTTPError:
+                assert time.monotonic() < deadline, f"{dag} was not parsed in {timeout:.0f}s"
+                time.sleep(2)
+
+
+def wait_driver(p: Pipeline, ok: Callable[[Driver], bool], timeout: float, why: str) -> Driver:
+    deadline = time.monotonic() + timeout
+    while True:
+        d = Driver.read(p.name)
+        if d is not None and ok(d) and stream.status(p).observation.alive:
+            return d
+        assert time.monotonic() < deadline, f"{why}\n{driver_log(p)}"
+        time.sleep(1)
+
+
+def test_a_lost_celery_worker_and_a_restarted_scheduler_lose_no_stream(hosts: Layout, capsys) -> None:
+    """SIGKILL the Celery worker whose supervision started a stream, with every process it
+    started (the stream's driver too: the host is gone): the other worker's next scheduled
+    supervision starts it again. Then restart the scheduler while the stream runs: the
+    stream goes on, and supervision runs again once the scheduler is back."""
+    topic = "celery-drill"
+    create_topics(hosts.kafka.bootstrap, [topic], partitions=2)
+    p = spec(
+        hosts,
+        topic,
+        trigger={"processing_time": "1 second"},
+        supervision={"schedule": "* * * * *", "backoff": "1 second"},
+    )
+    dag = f"sluice_{p.name}"
+    api = Api(hosts)
+    api.wait_dag(dag)
+    gen = EventGenerator(p, seed=29)
+    sent = produce(hosts, topic, gen, 300)
+    api.call("PATCH", f"/api/v2/dags/{dag}", {"is_paused": False})  # scheduled supervision starts it
+    try:
+        first = wait_driver(p, lambda d: True, 180, "the scheduled supervision did not start the stream")
+        wait_written(p, len(sent), lambda: driver_log(p))
+        host = first.host
+        assert host in ("worker-1", "worker-2"), host
+
+        # The host dies (between two supervisions: a task it held would wait for Airflow to
+        # fail it): its Celery worker and everything it started, the detached driver too.
+        while any(r["state"] in ("queued", "running") for r in api.runs(dag)):
+            time.sleep(0.5)
+        proc = running(hosts, f"airflow-worker-{host.split('-')[-1]}")
+        victims = [proc, *proc.children(recursive=True)]
+        for d in psutil.process_iter():
+            try:
+                if d.environ().get("SLUICE_HOSTNAME") == host and d not in victims:
+                    victims.append(d)
+            except psutil.Error:
+                continue
+        for v in victims:
+            try:
+                v.kill()
+            except psutil.Error:
+                continue
+        killed = time.monotonic()
+        sent |= produce(hosts, topic, gen, 300)
+        other = "worker-2" if host == "worker-1" else "worker-1"
+        second = wait_driver(
+            p, lambda d: d.host == other and d.launched_at > first.launched_at, 150, f"{other} did not restart it"
+        )
+        restarted = time.monotonic() - killed
+        wait_written(p, len(sent), lambda: driver_log(p))
+        all_written = time.monotonic() - killed
+        assert restarted <= 60 + 30, f"restarted {restarted:.0f}s after the kill: more than one supervision interval"
+
+        # The scheduler restarts while the stream runs.
+        sproc = running(hosts, "airflow-scheduler")
+        sproc.terminate()
+        psutil.wait_procs([sproc, *sproc.children(recursive=True)], timeout=60)
+        stopped_at = time.time()
+        sent |= produce(hosts, topic, gen, 300)  # the stream does not need the scheduler
+        wait_written(p, len(sent), lambda: driver_log(p))
+        began = time.monotonic()
+        hosts.up(lambda _: None)  # the scheduler, and the Celery worker killed above
+
+        def supervised_again() -> bool:
+            return any(
+                r["run_type"] == "scheduled"
+                and r["state"] == "success"
+                and r.get("start_date")
+                and r["start_date"] > time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(stopped_at))
+                for r in api.runs(dag)
+            )
+
+        while not supervised_again():
+            assert time.monotonic() - began < 180, "no scheduled supervision succeeded after the restart"
+            time.sleep(2)
+        back = time.monotonic() - began
+        assert Driver.read(p.name) == second  # the same driver: the restart disturbed nothing
+    finally:
+        api.call("PATCH", f"/api/v2/dags/{dag}", {"is_paused": True})
+        stream.stop(p, by="drill")
+    result = verdict(p, sent)
+    with capsys.disabled():
+        print(
+            f"\ncelery-worker drill: {host} killed, {other} restarted the stream {restarted:.1f}s after "
+            f"(every record written {all_written:.1f}s after); scheduler restart: supervision ran again "
+            f"{back:.1f}s after; {result}"
+        )
+    assert result["lost"] == 0 and result["duplicated"] == 0, result
