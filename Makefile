@@ -104,6 +104,16 @@ $(SLUICE_HOME)/.redis:
 cluster: cluster-setup
 	$(BIN)/sluice cluster up
 
+# The Compose Specification's JSON Schema, which tests/unit/test_docker.py validates
+# docker/compose.yaml against: from compose-go (the reference parser) on the Go module proxy.
+COMPOSE_GO := v2.16.2
+$(JARS)/compose/compose-spec.json: | $(BIN)/.installed
+	@mkdir -p $(@D)
+	$(BIN)/python -c "import io, sys, urllib.request, zipfile; \
+	  z = zipfile.ZipFile(io.BytesIO(urllib.request.urlopen(sys.argv[1], timeout=120).read())); \
+	  open(sys.argv[2], 'wb').write(z.read('github.com/compose-spec/compose-go/v2@$(COMPOSE_GO)/schema/compose-spec.json'))" \
+	  https://proxy.golang.org/github.com/compose-spec/compose-go/v2/@v/$(COMPOSE_GO).zip $@
+
 # Hive's standalone JDBC driver, for the SQL endpoint's tests only (not in the runtime image).
 $(JARS)/jdbc/.installed: pom.xml | $(SLUICE_HOME)/.tools
 	$(MVN) -P jdbc dependency:copy-dependencies -DoutputDirectory=$(JARS)/jdbc
@@ -132,7 +142,8 @@ lint: setup
 types: setup
 	$(BIN)/mypy
 
-test: lint types $(SLUICE_HOME)/.postgres $(JARS)/jdbc/.installed $(JARS)/s3/.installed $(JARS)/s3proxy/.installed
+test: lint types $(SLUICE_HOME)/.postgres $(SLUICE_HOME)/.redis $(JARS)/jdbc/.installed $(JARS)/s3/.installed $(JARS)/s3proxy/.installed \
+      $(JARS)/compose/compose-spec.json
 	$(BIN)/pytest --timeout=900 --durations=15 $(PYTEST_ARGS)
 
 unit: setup

@@ -67,7 +67,9 @@ def airflow_env(master: str | None = None, port: int | None = None) -> dict[str,
         "AIRFLOW__API__HOST": host,
         "AIRFLOW__API__PORT": str(port),
         # Task processes report to the API server's execution API: same host and port.
-        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}/execution/",  # noqa: S104
+        # (On hosts other than the API server's, the deployment sets it: it is kept.)
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": os.environ.get("AIRFLOW__CORE__EXECUTION_API_SERVER_URL")
+        or f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}/execution/",  # noqa: S104
         # New spec files show up within a minute.
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": os.environ.get("AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL", "30"),
         **sized_to_machine(),

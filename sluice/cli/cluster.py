@@ -65,6 +65,26 @@ def env(host: Annotated[str, typer.Option(help="A host of the layout, e.g. worke
         print(f"export SLUICE_HOSTNAME={shlex.quote(host)}")
 
 
+@cluster_app.command("bucket")
+def bucket() -> None:
+    """Create the bucket SLUICE_STORE names (s3a://bucket/...), if it does not exist: S3A does not create buckets."""
+    from urllib.parse import urlsplit
+
+    from sluice import config, storage
+
+    where = config.store()
+    backend = storage.for_uri(where)
+    if not isinstance(backend, storage.S3Storage):
+        fail(f"SLUICE_STORE ({where}) is not on S3: nothing to create")
+        return
+    name = urlsplit(where).netloc
+    try:
+        backend.filesystem(create_buckets=True).create_dir(name)
+    except OSError as exc:
+        fail(f"could not create the bucket {name}: {exc}")
+    say(f"bucket {name} is there")
+
+
 def _table(layout: Layout) -> None:
     table = Table("service", "pid", "state", "memory", "address")
     total = 0

@@ -101,8 +101,8 @@ class S3Storage(Storage):
             secret_key=os.environ.get("AWS_SECRET_ACCESS_KEY") or None,
         )
 
-    def filesystem(self) -> FileSystem:
-        return _s3_filesystem(self)
+    def filesystem(self, create_buckets: bool = False) -> FileSystem:
+        return _s3_filesystem(self, create_buckets)
 
     def fs_path(self, uri: str) -> str:
         parts = urlsplit(uri)
@@ -138,11 +138,13 @@ class S3Storage(Storage):
 
 
 @lru_cache(maxsize=8)
-def _s3_filesystem(s3: S3Storage) -> FileSystem:
+def _s3_filesystem(s3: S3Storage, create_buckets: bool = False) -> FileSystem:
     from pyarrow.fs import AwsStandardS3RetryStrategy, S3FileSystem
 
     if s3.endpoint is None:
-        return S3FileSystem(access_key=s3.access_key, secret_key=s3.secret_key, region=s3.region)
+        return S3FileSystem(
+            access_key=s3.access_key, secret_key=s3.secret_key, region=s3.region, allow_bucket_creation=create_buckets
+        )
     url = urlsplit(s3.endpoint)
     return S3FileSystem(
         access_key=s3.access_key,
@@ -150,6 +152,7 @@ def _s3_filesystem(s3: S3Storage) -> FileSystem:
         region=s3.region,
         endpoint_override=url.netloc,
         scheme=url.scheme or "https",
+        allow_bucket_creation=create_buckets,
         # A restarted server answers again within seconds; the default gives up after 3 tries.
         retry_strategy=AwsStandardS3RetryStrategy(max_attempts=10),
     )
