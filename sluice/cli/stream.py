@@ -28,8 +28,8 @@ def run(
     """Run the ingest job in the foreground with spark-submit, as Airflow submits it, and wait."""
     p = load(spec)
     target = LocalTarget(master, dict(c.split("=", 1) for c in conf or []))
-    stream.check_continuous_slots(p, target.master)
-    target.run(ingest_submission(p.spec_path, pipeline_name=p.name, available_now=available_now))
+    slots = stream.continuous_conf(p, target.master)
+    target.run(ingest_submission(p.spec_path, pipeline_name=p.name, available_now=available_now, conf=slots))
 
 
 def start(

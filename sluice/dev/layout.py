@@ -291,10 +291,14 @@ class Layout:
         env = os.environ | {"SPARK_HOME": spark_home(), "SPARK_LOCAL_IP": "127.0.0.1"} | self.s3.env()
         master = ["--host", "127.0.0.1", "--port", str(self.ports.spark), "--webui-port", str(self.ports.spark_ui)]
         cmd = [spark_class, "org.apache.spark.deploy.master.Master", *master]
-        self._spawn("spark-master", cmd, env, logs, f"{self.spark_master} (UI :{self.ports.spark_ui})")
+        # Each application (a stream, a validation, a backfill) gets one core unless it asks
+        # for more, as on a shared cluster: otherwise the first stream takes every core and the
+        # next job waits forever. Two workers of two cores run four applications at once.
+        master_env = env | {"SPARK_MASTER_OPTS": "-Dspark.deploy.defaultCores=1"}
+        self._spawn("spark-master", cmd, master_env, logs, f"{self.spark_master} (UI :{self.ports.spark_ui})")
         for n in (1, 2):
             work = self.home / f"spark-worker-{n}"
-            worker = ["--cores", "1", "--memory", "2g", "--webui-port", str(free_port()), "--work-dir", str(work)]
+            worker = ["--cores", "2", "--memory", "2g", "--webui-port", str(free_port()), "--work-dir", str(work)]
             self._spawn(
                 f"spark-worker-{n}",
                 [spark_class, "org.apache.spark.deploy.worker.Worker", *worker, self.spark_master],

@@ -204,14 +204,19 @@ def wait_running(pipeline: Pipeline, driver: Driver, timeout: float = 180.0) -> 
     raise StartFailed(f"{pipeline.name} did not report a running query within {timeout:.0f}s\n{log_tail(driver.log)}")
 
 
-def check_continuous_slots(pipeline: Pipeline, master: str) -> None:
-    """A continuous branch on a local master needs a core per partition (raises ContinuousError)."""
+def continuous_conf(pipeline: Pipeline, master: str) -> dict[str, str]:
+    """A continuous branch runs one long-lived task per Kafka partition. On a local master
+    that many cores must be there (raises ContinuousError); on a cluster the application asks
+    for them, since a shared standalone master gives each application only its default share
+    and a branch short of slots hangs without an error."""
     if pipeline.spec.mode != "continuous":
-        return
-    from sluice.spec.continuous import precheck
+        return {}
+    from sluice.spec.continuous import precheck, required_slots
 
     src = pipeline.kafka
-    precheck(pipeline.name, total_partitions(src.bootstrap_servers, src.topics or []), master)
+    partitions = total_partitions(src.bootstrap_servers, src.topics or [])
+    precheck(pipeline.name, partitions, master)
+    return {} if required_slots(master) is not None else {"spark.cores.max": str(partitions)}
 
 
 # --- actions ----------------------------------------------------------------------------------
@@ -262,13 +267,13 @@ def start(
     continuous = pipeline.spec.mode == "continuous"
     # Run-once when asked, or when the spec says so and no interval overrides it.
     once = not continuous and (available_now or (processing_time is None and pipeline.spec.trigger.available_now))
-    check_continuous_slots(pipeline, target.master)
     sub = ingest_submission(
         pipeline.spec_path,
         pipeline_name=pipeline.name,
         available_now=once,
         processing_time=None if continuous else processing_time,
         rebuild=rebuild,
+        conf=continuous_conf(pipeline, target.master),
     )
     command, env = target.launch_command(sub)
     driver = launch(pipeline, command, env, launched_by=by, desired="once" if once else "running")

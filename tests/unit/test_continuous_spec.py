@@ -113,6 +113,21 @@ def test_task_slots_against_partitions() -> None:
         check_slots("fraud", partitions=6, slots=2)
 
 
+def test_a_branch_on_a_cluster_asks_for_a_core_per_partition(monkeypatch) -> None:
+    """A shared standalone master gives an application its default share of cores (the
+    layout's: one); a continuous branch short of slots would hang, so it asks for its own."""
+    from sluice.ops import stream
+
+    monkeypatch.setattr(stream, "total_partitions", lambda bootstrap, topics: 3)
+    fraud = load_pipeline(SHIPPED)
+    assert stream.continuous_conf(fraud, "spark://master:7077") == {"spark.cores.max": "3"}
+    assert stream.continuous_conf(fraud, "local[4]") == {}
+    with pytest.raises(ContinuousError, match="3 partitions but Spark offers 2 task slots"):
+        stream.continuous_conf(fraud, "local[2]")
+    ingest = load_pipeline(config.PROJECT_ROOT / "pipelines" / "device_signals.yaml")
+    assert stream.continuous_conf(ingest, "spark://master:7077") == {}
+
+
 def test_a_continuous_source_gets_a_short_fetch_wait_unless_the_spec_sets_one() -> None:
     fraud = load_pipeline(SHIPPED)
     opts = source_options(fraud.spec.source.spark_options())
