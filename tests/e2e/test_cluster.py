@@ -15,6 +15,8 @@ import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -27,13 +29,16 @@ from typing import Any
 
 import psutil
 import pytest
+from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, ConfigResource
 
+from sluice import config
 from sluice.dev.generate import EventGenerator
 from sluice.dev.layout import Layout
 from sluice.dev.produce import send, synthetic
 from sluice.ops import stream
 from sluice.ops.target import LocalTarget
+from sluice.records.checkpoint import read_committed
 from sluice.records.run import Driver
 from sluice.spec import Pipeline
 from sluice.topics import create_topics
@@ -82,20 +87,24 @@ def spec(layout: Layout, topic: str, **fields: Any) -> Pipeline:
         layout.home.parent / "pipelines",
         topic,
         store=f"s3a://sluice/{uuid.uuid4().hex[:8]}",
-        name=topic.replace("-", "_"),
+        name=fields.pop("name", topic.replace("-", "_")),
         source={"bootstrap_servers": layout.kafka.bootstrap} | fields.pop("source", {}),
         **fields,
     )
 
 
 def written(p: Pipeline) -> list[tuple[str, int, int]]:
-    return kafka_keys(read_without_spark("delta", p.sink_path, KEYS)) + kafka_keys(
-        read_without_spark("delta", p.quarantine_path, KEYS)
+    """Every row's Kafka coordinates, table and quarantine, read from S3 without Spark."""
+    fmt = p.spec.sink.format
+    return kafka_keys(read_without_spark(fmt, p.sink_path, KEYS)) + kafka_keys(
+        read_without_spark(fmt, p.quarantine_path, KEYS)
     )
 
 
-def produce(layout: Layout, topic: str, gen: EventGenerator, n: int, rate: float | None = None) -> Sent:
-    report = send(layout.kafka.bootstrap, topic, synthetic(gen, n), rate=rate, keep=True)
+def produce(
+    layout: Layout, topic: str, gen: EventGenerator, n: int, rate: float | None = None, bad_fraction: float = 0.0
+) -> Sent:
+    report = send(layout.kafka.bootstrap, topic, synthetic(gen, n, bad_fraction), rate=rate, keep=True)
     return {(topic, d.partition, d.offset) for d in report.delivered}
 
 
@@ -186,8 +195,12 @@ def test_killing_a_spark_worker_mid_batch_loses_nothing(hosts: Layout, capsys) -
     try:
         wait_written(p, 200, lambda: driver_log(p))
         sent |= produce(hosts, topic, gen, 1000)  # five batches' worth of backlog: batches are running
-        proc = running(hosts, "spark-worker-1")
-        victims = [proc, *proc.children(recursive=True)]  # the worker and its executor JVMs
+        # The app has one executor (the master's default share is one core): kill the worker
+        # that runs it, with the executor, so the master must place it on the other worker.
+        workers = [running(hosts, f"spark-worker-{n}") for n in (1, 2)]
+        proc = next(w for w in workers if w.children(recursive=True))
+        name = f"spark-worker-{workers.index(proc) + 1}"
+        victims = [proc, *proc.children(recursive=True)]  # the worker and its executor JVM
         for v in victims:
             v.kill()
         psutil.wait_procs(victims, timeout=30)
@@ -202,9 +215,209 @@ def test_killing_a_spark_worker_mid_batch_loses_nothing(hosts: Layout, capsys) -
     result = verdict(p, sent)
     with capsys.disabled():
         print(
-            f"\nspark-worker drill: worker-1 and its executors killed mid-batch, {result}, all written {recovered:.1f}s after"
+            f"\nspark-worker drill: {name} and its executor killed mid-batch, {result}, all written {recovered:.1f}s after"
         )
     assert result["lost"] == 0 and result["duplicated"] == 0, result
+
+
+def test_a_paused_driver_writes_nothing_after_another_host_took_over(
+    hosts: Layout, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """SIGSTOP worker-1's driver (a paused VM) past its lease; worker-2 takes the stream over;
+    SIGCONT: the old driver finds its lease gone and stops before its next commit. Parquet on
+    S3, whose commit is a put-if-absent: the case where a stale writer could do harm."""
+    ttl = 8.0
+    monkeypatch.setenv("SLUICE_LEASE_TTL", str(ttl))
+    topic = "pause-drill"
+    create_topics(hosts.kafka.bootstrap, [topic], partitions=2)
+    p = spec(hosts, topic, sink={"format": "parquet"}, trigger={"processing_time": "500 milliseconds"})
+    gen = EventGenerator(p, seed=27)
+    sent = produce(hosts, topic, gen, 300)
+    monkeypatch.setenv("SLUICE_HOSTNAME", "worker-1")
+    a = stream.start(p, LocalTarget(hosts.spark_master), by="drill worker-1")
+    group = os.getpgid(a.driver.pid)
+    try:
+        wait_written(p, 300, lambda: driver_log(p))
+        os.killpg(group, signal.SIGSTOP)  # spark-submit's JVM and the Python driver, mid-stream
+        frozen = time.monotonic()
+        sent |= produce(hosts, topic, gen, 300)
+        monkeypatch.setenv("SLUICE_HOSTNAME", "worker-2")
+        while stream.running(p) is not None:  # no second driver until the lease runs out
+            assert time.monotonic() - frozen < ttl + 10, "the paused driver's lease did not expire"
+            time.sleep(0.2)
+        expired = time.monotonic() - frozen
+        b = stream.start(p, LocalTarget(hosts.spark_master), by="drill worker-2")
+        wait_written(p, len(sent), lambda: driver_log(p))
+        recovered = time.monotonic() - frozen
+    finally:
+        os.killpg(group, signal.SIGCONT)
+    try:
+        code = psutil.Process(a.driver.pid).wait(timeout=120)
+        log_a = Path(a.driver.log).read_text()
+        assert code == 5 and "lost the lease" in log_a and "worker-2" in log_a, log_a[-3000:]
+        sent |= produce(hosts, topic, gen, 100)
+        wait_written(p, len(sent), lambda: stream.log_tail(b.driver.log, 60))
+        st = stream.status(p)
+        assert st.observation.alive and st.holder is not None and st.holder.host == "worker-2"
+    finally:
+        stream.stop(p, by="drill")
+    result = verdict(p, sent)
+    with capsys.disabled():
+        print(
+            f"\npause drill (parquet on S3): {result}, lease expired {expired:.1f}s after the pause "
+            f"(ttl {ttl:.0f}s), every record written {recovered:.1f}s after it"
+        )
+    assert result["lost"] == 0 and result["duplicated"] == 0, result
+
+
+# --- every action, from either host's command line ----------------------------------------
+
+
+def cli(layout: Layout, host: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """``sluice ARGS`` typed on ``host``: its own name and local folder; the rest is shared."""
+    home = layout.home / "hosts" / host
+    home.mkdir(parents=True, exist_ok=True)
+    jars = str(config.jars_dir("spark").parent)  # installed once, like the Spark runtime
+    env = os.environ | {"SLUICE_HOSTNAME": host, "SLUICE_HOME": str(home), "SLUICE_JARS": jars, "COLUMNS": "200"}
+    return subprocess.run(
+        [sys.executable, "-m", "sluice.cli", *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
+
+
+def ok(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 0, f"{done.args[3:]} exited {done.returncode}:\n{done.stdout}\n{done.stderr[-4000:]}"
+    return done.stdout
+
+
+def test_every_action_works_from_either_hosts_command_line(hosts: Layout, capsys) -> None:
+    """start, status with lag, backfill, audit, validate (GX), SQL, a derived pipeline and a
+    continuous branch, each typed on worker-1 or worker-2: the stream's driver on one host is
+    seen, backfilled and stopped from the other; every job runs on the Spark cluster at once
+    with the stream (the master gives each one core); tables and checkpoints are on S3."""
+    topic = "actions"
+    create_topics(hosts.kafka.bootstrap, [topic], partitions=2)
+    p = spec(
+        hosts,
+        topic,
+        source={"starting_offsets": "latest"},
+        trigger={"processing_time": "1 second"},
+        expectations={"table": {"rows": {"row_count": {"min": 1}}, "columns": {"no_unexpected_columns": True}}},
+    )
+    gen = EventGenerator(p, seed=30)
+    early = produce(hosts, topic, gen, 200)  # before the stream starts at the end: only a backfill reads these
+    timings: dict[str, float] = {}
+
+    def timed(what: str, done: Callable[[], str]) -> str:
+        began = time.monotonic()
+        out = done()
+        timings[what] = time.monotonic() - began
+        return out
+
+    try:
+        assert f"started {p.name}" in timed("start", lambda: ok(cli(hosts, "worker-1", "start", p.name)))
+        # 'latest' is where the first batch finds the end of the topic, not where start returned.
+        deadline = time.monotonic() + 60
+        while read_committed(p.checkpoint_path).batch_id is None:
+            assert time.monotonic() < deadline, driver_log(p)
+            time.sleep(0.5)
+        later = produce(hosts, topic, gen, 300, bad_fraction=0.1)
+        wait_written(p, 300, lambda: driver_log(p))
+        assert not set(written(p)) & early
+
+        deadline = time.monotonic() + 30  # the batch's rows are in; its checkpoint commit follows
+        while (st := json.loads(ok(cli(hosts, "worker-2", "status", p.name, "--json"))))["observation"]["lag"]:
+            assert time.monotonic() < deadline, st
+        assert st["lease"]["host"] == "worker-1" and st["healthy"], st
+
+        out = timed("backfill", lambda: ok(cli(hosts, "worker-2", "backfill", p.name, "--from-offset", "0")))
+        assert "500 records" in out, out
+        result = verdict(p, early | later)
+        assert result["lost"] == 0 and result["duplicated"] == 0, result
+
+        batches = json.loads(ok(cli(hosts, "worker-1", "audit", p.name, "--json")))
+        assert sum(b["records_in"] for b in batches) == 300
+        assert sum(b["records_out"] + b["records_quarantined"] for b in batches) == 300
+
+        rows = read_without_spark("delta", p.sink_path, ["date"]).column("date").to_pylist()
+        report = json.loads(timed("validate", lambda: ok(cli(hosts, "worker-2", "validate", p.name, "--json"))))
+        assert report["partitions"], report
+        for part in report["partitions"]:  # GX counted the rows delta-rs reads from S3
+            assert part["rows"] == sum(1 for r in rows if str(r) == part["date"]), (part, len(rows))
+
+        query = f"SELECT (SELECT count(*) FROM {p.name}) + (SELECT count(*) FROM {p.name}_quarantine) AS n"
+        counted = timed("sql", lambda: ok(cli(hosts, "worker-1", "sql", query)))
+        assert " 500 " in counted, counted
+
+        derived = p.spec_path.parent / f"{p.name}_typed.yaml"
+        store = p.sink_path.rsplit("/tables/", 1)[0]
+        derived.write_text(
+            json.dumps(
+                {
+                    "name": f"{p.name}_typed",
+                    "source": {"table": p.name},
+                    "filter": "device_type IS NOT NULL",
+                    "sink": {"format": "delta", "path": f"{store}/tables/{p.name}_typed"},
+                    "checkpoint": f"{store}/checkpoints/{p.name}_typed",
+                }
+            )
+        )
+        timed("derived", lambda: ok(cli(hosts, "worker-2", "run", str(derived), "--available-now")))
+        upstream = read_without_spark("delta", p.sink_path, ["device_type"]).column("device_type").to_pylist()
+        typed = read_without_spark("delta", f"{store}/tables/{p.name}_typed", KEYS)
+        assert typed.num_rows == sum(1 for t in upstream if t is not None) > 0
+        assert len(set(kafka_keys(typed))) == typed.num_rows
+
+        stopped = timed("stop", lambda: ok(cli(hosts, "worker-2", "stop", p.name)))
+        assert "gracefully on worker-1" in stopped, stopped
+    finally:
+        cli(hosts, "worker-1", "stop", p.name)
+
+    pay = "actions-payments"
+    create_topics(hosts.kafka.bootstrap, [pay], partitions=2)
+    branch = spec(
+        hosts,
+        pay,
+        name="actions_fraud",
+        schema="payment/v1.json",
+        mode="continuous",
+        event_time={"field": "created_at", "format": "iso8601"},
+        sink={"format": "kafka", "topic": f"{pay}-verdicts", "path": None},
+        continuous={"emit": "all", "rules": {"large_amount": "amount > 1500"}},
+    )
+    try:
+        timed("continuous start", lambda: ok(cli(hosts, "worker-2", "start", branch.name)))
+        sent = send(hosts.kafka.bootstrap, pay, synthetic(EventGenerator(branch, seed=31), 200), keep=True)
+        verdicts = read_topic(hosts.kafka.bootstrap, f"{pay}-verdicts", 200, timeout=120)
+        got = {(v["source"]["partition"], v["source"]["offset"]) for v in verdicts}
+        assert got == {(d.partition, d.offset) for d in sent.delivered}  # at least once: each one, maybe twice
+        flagged = {(v["source"]["partition"], v["source"]["offset"]) for v in verdicts if v["flagged"]}
+        large = {
+            (d.partition, d.offset)
+            for d in sent.delivered
+            if d.record.event is not None and (d.record.event.get("amount") or 0) > 1500
+        }
+        assert flagged == large
+    finally:
+        ok(cli(hosts, "worker-1", "stop", branch.name))
+    with capsys.disabled():
+        print("\nactions on the layout: " + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items()))
+
+
+def read_topic(bootstrap: str, topic: str, expected: int, timeout: float) -> list[dict[str, Any]]:
+    """Every JSON record of the topic until ``expected`` distinct sources are seen (confluent-kafka)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex, "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    got: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len({(v["source"]["partition"], v["source"]["offset"]) for v in got}) < expected:
+            assert time.monotonic() < deadline, f"{len(got)} verdicts of {expected} in {timeout:.0f}s"
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                got.append(json.loads(msg.value()))
+    finally:
+        consumer.close()
+    return got
 
 
 # --- Airflow on Celery --------------------------------------------------------------------
