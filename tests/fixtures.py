@@ -10,8 +10,9 @@ import json
 import os
 import re
 import subprocess
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -214,6 +215,57 @@ def kafka_keys(table: Any) -> list[tuple[str, int, int]]:
     """(topic, partition, offset) of every row, duplicates kept."""
     cols = [table.column(c).to_pylist() for c in ("_kafka_topic", "_kafka_partition", "_kafka_offset")]
     return list(zip(*cols, strict=True))
+
+
+KAFKA_KEYS = ["_kafka_topic", "_kafka_partition", "_kafka_offset"]
+Sent = set[tuple[str, int, int]]
+
+
+def written_keys(p: Pipeline) -> list[tuple[str, int, int]]:
+    """The Kafka coordinates of every row, table and quarantine, read without Spark
+    (locally or from S3); duplicates kept."""
+    fmt = p.spec.sink.format
+    return kafka_keys(read_without_spark(fmt, p.sink_path, KAFKA_KEYS)) + kafka_keys(
+        read_without_spark(fmt, p.quarantine_path, KAFKA_KEYS)
+    )
+
+
+def wait_written(p: Pipeline, count: int, why: Callable[[], str], timeout: float = 240) -> float:
+    """Wait until ``count`` distinct records are written; the seconds it took. ``why`` says
+    what to show when it times out (a driver's log)."""
+    began = time.monotonic()
+    while len(set(written_keys(p))) < count:
+        assert time.monotonic() - began < timeout, f"{len(set(written_keys(p)))} of {count} written\n{why()}"
+        time.sleep(0.5)
+    return time.monotonic() - began
+
+
+def exactly_once(p: Pipeline, sent: Sent) -> dict[str, int]:
+    """A drill's verdict: the records the broker acknowledged, and how many of them are
+    missing from (lost) or repeated in (duplicated) the table and its quarantine."""
+    rows = written_keys(p)
+    return {"records": len(sent), "lost": len(sent - set(rows)), "duplicated": len(rows) - len(set(rows))}
+
+
+def read_verdicts(bootstrap: str, topic: str, expected: int, timeout: float) -> list[dict[str, Any]]:
+    """A continuous branch's JSON records on ``topic`` (confluent-kafka, from the start)
+    until ``expected`` distinct sources are seen or ``timeout`` passes; duplicates kept."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex, "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    got: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len({(v["source"]["partition"], v["source"]["offset"]) for v in got}) < expected:
+            if time.monotonic() > deadline:
+                break
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                got.append(json.loads(msg.value()))
+    finally:
+        consumer.close()
+    return got
 
 
 def run_available_now(spark: Any, pipeline: Pipeline) -> None:

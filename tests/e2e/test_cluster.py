@@ -29,7 +29,6 @@ from typing import Any
 
 import psutil
 import pytest
-from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from sluice import config
@@ -42,12 +41,19 @@ from sluice.records.checkpoint import read_committed
 from sluice.records.run import Driver
 from sluice.spec import Pipeline
 from sluice.topics import create_topics
-from tests.fixtures import kafka_keys, make_pipeline, read_without_spark
+from tests.fixtures import (
+    KAFKA_KEYS,
+    Sent,
+    exactly_once,
+    kafka_keys,
+    make_pipeline,
+    read_verdicts,
+    read_without_spark,
+    wait_written,
+    written_keys,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.chaos]
-
-KEYS = ["_kafka_topic", "_kafka_partition", "_kafka_offset"]
-Sent = set[tuple[str, int, int]]
 
 
 @pytest.fixture(scope="module")
@@ -93,32 +99,11 @@ def spec(layout: Layout, topic: str, **fields: Any) -> Pipeline:
     )
 
 
-def written(p: Pipeline) -> list[tuple[str, int, int]]:
-    """Every row's Kafka coordinates, table and quarantine, read from S3 without Spark."""
-    fmt = p.spec.sink.format
-    return kafka_keys(read_without_spark(fmt, p.sink_path, KEYS)) + kafka_keys(
-        read_without_spark(fmt, p.quarantine_path, KEYS)
-    )
-
-
 def produce(
     layout: Layout, topic: str, gen: EventGenerator, n: int, rate: float | None = None, bad_fraction: float = 0.0
 ) -> Sent:
     report = send(layout.kafka.bootstrap, topic, synthetic(gen, n, bad_fraction), rate=rate, keep=True)
     return {(topic, d.partition, d.offset) for d in report.delivered}
-
-
-def wait_written(p: Pipeline, count: int, why: Callable[[], str], timeout: float = 240) -> float:
-    began = time.monotonic()
-    while len(set(written(p))) < count:
-        assert time.monotonic() - began < timeout, f"{len(set(written(p)))} of {count} written\n{why()}"
-        time.sleep(0.5)
-    return time.monotonic() - began
-
-
-def verdict(p: Pipeline, sent: Sent) -> dict[str, int]:
-    rows = written(p)
-    return {"records": len(sent), "lost": len(sent - set(rows)), "duplicated": len(rows) - len(set(rows))}
 
 
 def running(layout: Layout, name: str) -> psutil.Process:
@@ -179,7 +164,7 @@ def test_killing_a_partition_leader_mid_stream_loses_nothing(hosts: Layout, caps
     finally:
         stream.stop(p, by="drill")
         hosts.up(lambda _: None)  # the broker comes back
-    result = verdict(p, sent)
+    result = exactly_once(p, sent)
     with capsys.disabled():
         print(f"\nleader-kill drill: broker {leader} killed, {result}, every record written {recovered:.1f}s after")
     assert result["lost"] == 0 and result["duplicated"] == 0, result
@@ -212,7 +197,7 @@ def test_killing_a_spark_worker_mid_batch_loses_nothing(hosts: Layout, capsys) -
     finally:
         stream.stop(p, by="drill")
         hosts.up(lambda _: None)  # the worker comes back
-    result = verdict(p, sent)
+    result = exactly_once(p, sent)
     with capsys.disabled():
         print(
             f"\nspark-worker drill: {name} and its executor killed mid-batch, {result}, all written {recovered:.1f}s after"
@@ -261,7 +246,7 @@ def test_a_paused_driver_writes_nothing_after_another_host_took_over(
         assert st.observation.alive and st.holder is not None and st.holder.host == "worker-2"
     finally:
         stream.stop(p, by="drill")
-    result = verdict(p, sent)
+    result = exactly_once(p, sent)
     with capsys.disabled():
         print(
             f"\npause drill (parquet on S3): {result}, lease expired {expired:.1f}s after the pause "
@@ -322,7 +307,7 @@ def test_every_action_works_from_either_hosts_command_line(hosts: Layout, capsys
             time.sleep(0.5)
         later = produce(hosts, topic, gen, 300, bad_fraction=0.1)
         wait_written(p, 300, lambda: driver_log(p))
-        assert not set(written(p)) & early
+        assert not set(written_keys(p)) & early
 
         deadline = time.monotonic() + 30  # the batch's rows are in; its checkpoint commit follows
         while (st := json.loads(ok(cli(hosts, "worker-2", "status", p.name, "--json"))))["observation"]["lag"]:
@@ -331,7 +316,7 @@ def test_every_action_works_from_either_hosts_command_line(hosts: Layout, capsys
 
         out = timed("backfill", lambda: ok(cli(hosts, "worker-2", "backfill", p.name, "--from-offset", "0")))
         assert "500 records" in out, out
-        result = verdict(p, early | later)
+        result = exactly_once(p, early | later)
         assert result["lost"] == 0 and result["duplicated"] == 0, result
 
         batches = json.loads(ok(cli(hosts, "worker-1", "audit", p.name, "--json")))
@@ -363,7 +348,7 @@ def test_every_action_works_from_either_hosts_command_line(hosts: Layout, capsys
         )
         timed("derived", lambda: ok(cli(hosts, "worker-2", "run", str(derived), "--available-now")))
         upstream = read_without_spark("delta", p.sink_path, ["device_type"]).column("device_type").to_pylist()
-        typed = read_without_spark("delta", f"{store}/tables/{p.name}_typed", KEYS)
+        typed = read_without_spark("delta", f"{store}/tables/{p.name}_typed", KAFKA_KEYS)
         assert typed.num_rows == sum(1 for t in upstream if t is not None) > 0
         assert len(set(kafka_keys(typed))) == typed.num_rows
 
@@ -387,7 +372,7 @@ def test_every_action_works_from_either_hosts_command_line(hosts: Layout, capsys
     try:
         timed("continuous start", lambda: ok(cli(hosts, "worker-2", "start", branch.name)))
         sent = send(hosts.kafka.bootstrap, pay, synthetic(EventGenerator(branch, seed=31), 200), keep=True)
-        verdicts = read_topic(hosts.kafka.bootstrap, f"{pay}-verdicts", 200, timeout=120)
+        verdicts = read_verdicts(hosts.kafka.bootstrap, f"{pay}-verdicts", 200, timeout=120)
         got = {(v["source"]["partition"], v["source"]["offset"]) for v in verdicts}
         assert got == {(d.partition, d.offset) for d in sent.delivered}  # at least once: each one, maybe twice
         flagged = {(v["source"]["partition"], v["source"]["offset"]) for v in verdicts if v["flagged"]}
@@ -401,23 +386,6 @@ def test_every_action_works_from_either_hosts_command_line(hosts: Layout, capsys
         ok(cli(hosts, "worker-1", "stop", branch.name))
     with capsys.disabled():
         print("\nactions on the layout: " + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items()))
-
-
-def read_topic(bootstrap: str, topic: str, expected: int, timeout: float) -> list[dict[str, Any]]:
-    """Every JSON record of the topic until ``expected`` distinct sources are seen (confluent-kafka)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex, "auto.offset.reset": "earliest"})
-    consumer.subscribe([topic])
-    got: list[dict[str, Any]] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while len({(v["source"]["partition"], v["source"]["offset"]) for v in got}) < expected:
-            assert time.monotonic() < deadline, f"{len(got)} verdicts of {expected} in {timeout:.0f}s"
-            msg = consumer.poll(0.5)
-            if msg is not None and msg.error() is None:
-                got.append(json.loads(msg.value()))
-    finally:
-        consumer.close()
-    return got
 
 
 # --- Airflow on Celery --------------------------------------------------------------------
@@ -550,7 +518,7 @@ def test_a_lost_celery_worker_and_a_restarted_scheduler_lose_no_stream(hosts: La
     finally:
         api.call("PATCH", f"/api/v2/dags/{dag}", {"is_paused": True})
         stream.stop(p, by="drill")
-    result = verdict(p, sent)
+    result = exactly_once(p, sent)
     with capsys.disabled():
         print(
             f"\ncelery-worker drill: {host} killed, {other} restarted the stream {restarted:.1f}s after "

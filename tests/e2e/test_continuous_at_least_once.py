@@ -5,41 +5,20 @@ are counted and reported, not hidden."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading
 import time
-import uuid
 
 import pytest
-from confluent_kafka import Consumer
 
 from sluice.dev.generate import EventGenerator
 from sluice.dev.produce import send, synthetic
 from sluice.ops import stream
 from sluice.records.run import Driver
-from tests.fixtures import make_pipeline, new_topic
+from tests.fixtures import make_pipeline, new_topic, read_verdicts
 
 pytestmark = [pytest.mark.e2e, pytest.mark.chaos]
-
-
-def read_all(bootstrap: str, topic: str, expected: int, timeout: float) -> list[dict]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex, "auto.offset.reset": "earliest"})
-    consumer.subscribe([topic])
-    got: list[dict] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is not None and msg.error() is None:
-                got.append(json.loads(msg.value()))
-            distinct = {(v["source"]["partition"], v["source"]["offset"]) for v in got}
-            if len(distinct) >= expected:
-                break
-    finally:
-        consumer.close()
-    return got
 
 
 def test_killed_continuous_branch_flags_everything_at_least_once(airflow, broker, tmp_path) -> None:
@@ -83,7 +62,7 @@ def test_killed_continuous_branch_flags_everything_at_least_once(airflow, broker
         and float(d.record.event["amount"]) > 1500
     }
     assert should, "the generator produced no large payments"
-    verdicts = read_all(broker.bootstrap, pipeline.spec.sink.topic, len(should), timeout=120)
+    verdicts = read_verdicts(broker.bootstrap, pipeline.spec.sink.topic, len(should), timeout=120)
     print(stream.stop(pipeline, by="test"))
 
     flagged = [(v["source"]["partition"], v["source"]["offset"]) for v in verdicts]

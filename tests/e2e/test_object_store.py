@@ -28,22 +28,17 @@ from sluice.records.checkpoint import read_committed
 from sluice.spec import Pipeline
 from sluice.spec.compatibility import read_shape
 from sluice.topics import end_offsets
-from tests.fixtures import all_audit_totals, kafka_keys, make_pipeline, new_topic, on_s3, read_without_spark
+from tests.fixtures import (
+    all_audit_totals,
+    exactly_once,
+    make_pipeline,
+    new_topic,
+    on_s3,
+    wait_written,
+    written_keys,
+)
 
 pytestmark = pytest.mark.e2e
-
-KEYS = ["_kafka_topic", "_kafka_partition", "_kafka_offset"]
-
-
-def written(p: Pipeline) -> list[tuple[str, int, int]]:
-    fmt = p.spec.sink.format
-    return kafka_keys(read_without_spark(fmt, p.sink_path, KEYS)) + kafka_keys(
-        read_without_spark(fmt, p.quarantine_path, KEYS)
-    )
-
-
-def figures(sent: set[tuple[str, int, int]], rows: list[tuple[str, int, int]]) -> dict[str, int]:
-    return {"records": len(sent), "lost": len(sent - set(rows)), "duplicated": len(rows) - len(set(rows))}
 
 
 def run_once(p: Pipeline, log: Path) -> None:
@@ -73,8 +68,7 @@ def test_tables_and_checkpoints_on_s3_are_exactly_once_for_other_readers(
     sent |= {(topic, d.partition, d.offset) for d in send(broker.bootstrap, topic, more, keep=True).delivered}
     run_once(p, tmp_path / "second.log")  # from the checkpoint on S3
 
-    rows = written(p)
-    result = figures(sent, rows)
+    result = exactly_once(p, sent)
     assert result["lost"] == 0 and result["duplicated"] == 0, result
     totals = all_audit_totals(p)  # the audits, read from S3
     assert totals["records_in"] == len(sent) == totals["records_out"] + totals["records_quarantined"], totals
@@ -129,22 +123,15 @@ def test_the_s3_server_restarted_while_a_stream_commits_loses_and_doubles_nothin
             for d in send(broker.bootstrap, topic, synthetic(gen, n), keep=True).delivered
         )
 
-    def wait_written(count: int, log: str, timeout: float = 240) -> float:
-        began = time.monotonic()
-        while len(set(written(p))) < count:
-            assert time.monotonic() - began < timeout, stream.log_tail(log, 60)
-            time.sleep(0.5)
-        return time.monotonic() - began
-
     target = LocalTarget("local[2]")
     started = stream.start(p, target, by="drill")
     produce(300)
-    wait_written(100, started.driver.log)  # batches are committing
+    wait_written(p, 100, lambda: stream.log_tail(started.driver.log, 60))  # batches are committing
     produce(300)
     down = object_store.restart(down_for=3.0)
     restarts = 0
     began = time.monotonic()
-    while len(set(written(p))) < len(sent):
+    while len(set(written_keys(p))) < len(sent):
         # Supervision's part: a driver that gave up while the store was away is started again.
         if stream.supervise(p, target, by="drill").started is not None:
             restarts += 1
@@ -152,7 +139,7 @@ def test_the_s3_server_restarted_while_a_stream_commits_loses_and_doubles_nothin
         time.sleep(1)
     recovered = time.monotonic() - began
     stream.stop(p, by="drill")
-    result = figures(sent, written(p))
+    result = exactly_once(p, sent)
     with capsys.disabled():
         print(
             f"\nS3 restart drill: {result}, store down {down:.1f}s, all written {recovered:.1f}s after it was back, {restarts} restarts"

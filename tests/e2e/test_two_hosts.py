@@ -24,33 +24,11 @@ from sluice.errors import AlreadyRunning
 from sluice.ops import stream
 from sluice.ops.target import LocalTarget
 from sluice.state import store
-from tests.fixtures import kafka_keys, make_pipeline, new_topic, read_without_spark, shared_state
+from tests.fixtures import exactly_once, make_pipeline, new_topic, shared_state, wait_written
 
 pytestmark = [pytest.mark.e2e, pytest.mark.chaos]
 
-KEYS = ["_kafka_topic", "_kafka_partition", "_kafka_offset"]
 TTL = 8.0
-
-
-def written(pipeline) -> list[tuple[str, int, int]]:
-    fmt = pipeline.spec.sink.format
-    return kafka_keys(read_without_spark(fmt, pipeline.sink_path, KEYS)) + kafka_keys(
-        read_without_spark(fmt, pipeline.quarantine_path, KEYS)
-    )
-
-
-def wait_for(pipeline, count: int, log: str, timeout: float = 240) -> None:
-    deadline = time.monotonic() + timeout
-    while len(set(written(pipeline))) < count:
-        assert time.monotonic() < deadline, (
-            f"{len(set(written(pipeline)))} of {count} written\n{stream.log_tail(log, 60)}"
-        )
-        time.sleep(0.5)
-
-
-def verdict(pipeline, sent: set[tuple[str, int, int]]) -> dict[str, int]:
-    rows = written(pipeline)
-    return {"records": len(sent), "lost": len(sent - set(rows)), "duplicated": len(rows) - len(set(rows))}
 
 
 def test_a_paused_driver_writes_nothing_after_another_host_took_over(
@@ -69,7 +47,7 @@ def test_a_paused_driver_writes_nothing_after_another_host_took_over(
 
     monkeypatch.setenv("SLUICE_HOSTNAME", "host-a")
     a = stream.start(pipeline, LocalTarget(), by="drill host-a")
-    wait_for(pipeline, 300, a.driver.log)
+    wait_written(pipeline, 300, lambda: stream.log_tail(a.driver.log, 60))
 
     # host-a freezes (a paused VM): spark-submit's JVM and the Python driver, mid-stream.
     group = os.getpgid(a.driver.pid)
@@ -87,7 +65,7 @@ def test_a_paused_driver_writes_nothing_after_another_host_took_over(
             assert time.monotonic() - frozen < TTL + 10
             time.sleep(0.2)
         b = stream.start(pipeline, LocalTarget(), by="drill host-b")
-        wait_for(pipeline, 600, b.driver.log)
+        wait_written(pipeline, 600, lambda: stream.log_tail(b.driver.log, 60))
         recovered = time.monotonic() - frozen
     finally:
         os.killpg(group, signal.SIGCONT)
@@ -102,9 +80,9 @@ def test_a_paused_driver_writes_nothing_after_another_host_took_over(
     sent |= {
         (topic, d.partition, d.offset) for d in send(broker.bootstrap, topic, synthetic(gen, 100), keep=True).delivered
     }
-    wait_for(pipeline, 700, b.driver.log)
+    wait_written(pipeline, 700, lambda: stream.log_tail(b.driver.log, 60))
     assert "gracefully" in stream.stop(pipeline, by="drill host-a")  # stopped from the other host
-    figures = verdict(pipeline, sent)
+    figures = exactly_once(pipeline, sent)
     print(f"\nSIGSTOP drill ({fmt}): {figures}, recovered in {recovered:.1f}s (lease ttl {TTL:.0f}s)")
     assert figures["lost"] == 0 and figures["duplicated"] == 0, figures
 
