@@ -27,7 +27,10 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -86,6 +89,10 @@ class Ports:
     airflow: int = field(default_factory=free_port)
 
 
+#: Guards the layout's record: servers start from several threads.
+_RECORD = threading.Lock()
+
+
 @dataclass
 class Layout:
     home: Path
@@ -121,9 +128,10 @@ class Layout:
         return self.secrets.setdefault(name, secrets.token_urlsafe(24))
 
     def _add(self, name: str, pid: int, address: str = "") -> None:
-        self.services = [s for s in self.services if s.name != name]
-        self.services.append(Service(name, pid, psutil.Process(pid).create_time(), address))
-        self.save()
+        with _RECORD:  # servers start from several threads
+            self.services = [s for s in self.services if s.name != name]
+            self.services.append(Service(name, pid, psutil.Process(pid).create_time(), address))
+            self.save()
 
     def service(self, name: str) -> Service | None:
         return next((s for s in self.services if s.name == name), None)
@@ -163,7 +171,7 @@ class Layout:
 
     def up(self, say: object = print) -> None:
         """Start whatever of the layout is not running (each step is skipped when it is)."""
-        tell = say if callable(say) else print
+        tell: Callable[[str], object] = say if callable(say) else print
         self.home.mkdir(parents=True, exist_ok=True)
         self.save()
         if not self._alive("postgres"):
@@ -173,30 +181,40 @@ class Layout:
                 if db not in pg.psql("postgres", "SELECT datname FROM pg_database"):
                     pg.create_database(db)
             self._add("postgres", int((pg.data / "postmaster.pid").read_text().split()[0]), pg.url())
-        if not self._alive("s3"):
-            tell("s3: starting S3Proxy")
-            s3 = self.s3.start()
-            s3.create_bucket(BUCKET)
-            assert s3.pid is not None
-            self._add("s3", s3.pid, s3.endpoint)
-        if not all(self._alive(f"kafka-{n + 1}") for n in range(3)):
-            tell("kafka: starting three brokers")
-            kafka = self.kafka
-            kafka.start()
-            for n, broker in enumerate(kafka.brokers):
-                pid = broker.pid()
-                assert pid is not None
-                self._add(f"kafka-{n + 1}", pid, broker.bootstrap)
-        if not self._alive("spark-master"):
-            tell("spark: starting a master and two workers")
-            self._start_spark()
-        if not self._alive("redis"):
-            tell("redis: starting")
-            self._start_redis()
+        # The servers start at once: most of each start is waiting (a JVM loading, a worker
+        # joining its master), and Airflow's migration needs only PostgreSQL.
+        starts = [self._start_s3, self._start_kafka, self._start_spark, self._start_redis]
+        with ThreadPoolExecutor(len(starts) + 1) as pool:
+            done = [pool.submit(start, tell) for start in starts] + [pool.submit(self._migrate_airflow, tell)]
+            for future in done:
+                future.result()
         self._start_airflow(tell)
         self.save()
 
-    def _start_redis(self) -> None:
+    def _start_s3(self, tell: Callable[[str], object]) -> None:
+        if self._alive("s3"):
+            return
+        tell("s3: starting S3Proxy")
+        s3 = self.s3.start()
+        s3.create_bucket(BUCKET)
+        assert s3.pid is not None
+        self._add("s3", s3.pid, s3.endpoint)
+
+    def _start_kafka(self, tell: Callable[[str], object]) -> None:
+        if all(self._alive(f"kafka-{n + 1}") for n in range(3)):
+            return
+        tell("kafka: starting three brokers")
+        kafka = self.kafka
+        kafka.start()
+        for n, broker in enumerate(kafka.brokers):
+            pid = broker.pid()
+            assert pid is not None
+            self._add(f"kafka-{n + 1}", pid, broker.bootstrap)
+
+    def _start_redis(self, tell: Callable[[str], object]) -> None:
+        if self._alive("redis"):
+            return
+        tell("redis: starting")
         folder = self.home / "redis"
         folder.mkdir(parents=True, exist_ok=True)
         cmd = [which("redis-server", "redis-server"), "--port", str(self.ports.redis), "--bind", "127.0.0.1"]
@@ -245,18 +263,24 @@ class Layout:
             env |= {"SLUICE_HOSTNAME": host, "SLUICE_HOME": str(self.home / "hosts" / host)}
         return env
 
-    def _start_airflow(self, tell: object) -> None:
-        say = tell if callable(tell) else print
-        binary = str(_airflow_binary())
+    def _migrate_airflow(self, tell: Callable[[str], object]) -> None:
         folder = self.home / "airflow"
         folder.mkdir(parents=True, exist_ok=True)
+        if (folder / ".migrated").exists():
+            return
+        tell("airflow: migrating its database")
         env = os.environ | self.airflow_env()
-        if not (folder / ".migrated").exists():
-            say("airflow: migrating its database")
-            done = subprocess.run([binary, "db", "migrate"], env=env, capture_output=True, text=True, timeout=600)
-            if done.returncode:
-                raise SluiceError(f"airflow db migrate failed: {(done.stdout + done.stderr).strip()[-1500:]}")
-            (folder / ".migrated").touch()
+        done = subprocess.run(
+            [str(_airflow_binary()), "db", "migrate"], env=env, capture_output=True, text=True, timeout=600
+        )
+        if done.returncode:
+            raise SluiceError(f"airflow db migrate failed: {(done.stdout + done.stderr).strip()[-1500:]}")
+        (folder / ".migrated").touch()
+
+    def _start_airflow(self, tell: Callable[[str], object]) -> None:
+        binary = str(_airflow_binary())
+        folder = self.home / "airflow"
+        env = os.environ | self.airflow_env()
         api = ["api-server", "--host", "127.0.0.1", "--port", str(self.ports.airflow)]
         for name, args in (
             ("airflow-api-server", api),
@@ -265,14 +289,14 @@ class Layout:
             ("airflow-triggerer", ["triggerer"]),
         ):
             if not self._alive(name):
-                say(f"{name}: starting")
+                tell(f"{name}: starting")
                 address = f"http://127.0.0.1:{self.ports.airflow}" if name == "airflow-api-server" else ""
                 self._spawn(name, [binary, *args], env, folder, address)
         for host in WORKER_HOSTS:
             name = f"airflow-worker-{host.split('-')[-1]}"
             if self._alive(name):
                 continue
-            say(f"{name}: starting (host {host})")
+            tell(f"{name}: starting (host {host})")
             home = self.home / "hosts" / host
             home.mkdir(parents=True, exist_ok=True)
             # Task logs go to the shared AIRFLOW_HOME/logs, which the API server reads (on real
@@ -282,21 +306,30 @@ class Layout:
             self._spawn(name, [binary, *args], os.environ | self.airflow_env(host), folder, host)
         _wait_http(f"http://127.0.0.1:{self.ports.airflow}/api/v2/version", "Airflow's API server", folder)
 
-    def _start_spark(self) -> None:
+    def _start_spark(self, tell: Callable[[str], object]) -> None:
         from sluice.ops.submit import spark_home
 
+        workers = [n for n in (1, 2) if not self._alive(f"spark-worker-{n}")]
+        if self._alive("spark-master") and not workers:
+            return
+        tell(
+            "spark: starting "
+            + ", ".join(["the master"] * (not self._alive("spark-master")) + [f"worker {n}" for n in workers])
+        )
         logs = self.home / "spark"
         logs.mkdir(parents=True, exist_ok=True)
         spark_class = str(Path(spark_home()) / "bin" / "spark-class")
         env = os.environ | {"SPARK_HOME": spark_home(), "SPARK_LOCAL_IP": "127.0.0.1"} | self.s3.env()
-        master = ["--host", "127.0.0.1", "--port", str(self.ports.spark), "--webui-port", str(self.ports.spark_ui)]
-        cmd = [spark_class, "org.apache.spark.deploy.master.Master", *master]
-        # Each application (a stream, a validation, a backfill) gets one core unless it asks
-        # for more, as on a shared cluster: otherwise the first stream takes every core and the
-        # next job waits forever. Two workers of two cores run four applications at once.
-        master_env = env | {"SPARK_MASTER_OPTS": "-Dspark.deploy.defaultCores=1"}
-        self._spawn("spark-master", cmd, master_env, logs, f"{self.spark_master} (UI :{self.ports.spark_ui})")
-        for n in (1, 2):
+        if not self._alive("spark-master"):
+            master = ["--host", "127.0.0.1", "--port", str(self.ports.spark), "--webui-port", str(self.ports.spark_ui)]
+            cmd = [spark_class, "org.apache.spark.deploy.master.Master", *master]
+            # Each application (a stream, a validation, a backfill) gets one core unless it asks
+            # for more, as on a shared cluster: otherwise the first stream takes every core and the
+            # next job waits forever. Two workers of two cores run four applications at once.
+            master_env = env | {"SPARK_MASTER_OPTS": "-Dspark.deploy.defaultCores=1"}
+            self._spawn("spark-master", cmd, master_env, logs, f"{self.spark_master} (UI :{self.ports.spark_ui})")
+        # A worker killed in a drill comes back on `up` while the master and its apps run on.
+        for n in workers:
             work = self.home / f"spark-worker-{n}"
             worker = ["--cores", "2", "--memory", "2g", "--webui-port", str(free_port()), "--work-dir", str(work)]
             self._spawn(
@@ -351,19 +384,24 @@ class Layout:
         return found
 
     def down(self, say: object = print) -> None:
-        """Stop every process of the layout (its data stays, for the next ``up``)."""
+        """Stop every process of the layout (its data stays, for the next ``up``).
+
+        In two waves, each stopped at once: first whatever uses the servers (the hosts'
+        drivers, Airflow), then the servers; PostgreSQL last. Stopping the Kafka brokers one
+        by one would leave the last one without a controller quorum, waiting out its
+        controlled shutdown until it is killed.
+        """
         tell = say if callable(say) else print
-        for proc in self._host_processes():
-            tell(f"a driver of {proc.environ().get('SLUICE_HOSTNAME')} (pid {proc.pid}): stopping")
-            _stop_group(proc)
+        users = [(f"a driver of {p.environ().get('SLUICE_HOSTNAME')} (pid {p.pid})", p) for p in self._host_processes()]
+        servers: list[tuple[str, psutil.Process]] = []
         for s in reversed(self.services):
-            if s.name == "postgres":
-                continue
-            proc = s.process()
-            if proc is None:
-                continue
-            tell(f"{s.name}: stopping")
-            _stop_group(proc)
+            proc = s.process() if s.name != "postgres" else None
+            if proc is not None:
+                (users if s.name.startswith("airflow") else servers).append((s.name, proc))
+        for wave in (users, servers):
+            if wave:
+                tell(f"stopping {', '.join(name for name, _ in wave)}")
+                _stop_groups([proc for _, proc in wave])
         if self._alive("postgres"):
             tell("postgres: stopping")
             self.postgres.stop(remove=False)
@@ -403,14 +441,16 @@ def _wait_http(url: str, what: str, logs: Path, timeout: float = 240) -> None:
             time.sleep(1)
 
 
-def _stop_group(proc: psutil.Process, timeout: float = 30.0) -> None:
-    """SIGTERM the process's group (it leads one: started in a session of its own), then SIGKILL."""
-    try:
-        group = os.getpgid(proc.pid)
-    except ProcessLookupError:
-        return
-    members = [proc, *proc.children(recursive=True)]
-    os.killpg(group, signal.SIGTERM)
+def _stop_groups(procs: list[psutil.Process], timeout: float = 30.0) -> None:
+    """SIGTERM each process's group (each leads one: started in a session of its own), then SIGKILL."""
+    members = []
+    for proc in procs:
+        try:
+            group = os.getpgid(proc.pid)
+            members += [proc, *proc.children(recursive=True)]
+            os.killpg(group, signal.SIGTERM)
+        except (ProcessLookupError, psutil.Error):
+            continue
     _, alive = psutil.wait_procs(members, timeout=timeout)
     for p in alive:
         try:

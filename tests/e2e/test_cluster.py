@@ -197,6 +197,7 @@ def test_killing_a_spark_worker_mid_batch_loses_nothing(hosts: Layout, capsys) -
     finally:
         stream.stop(p, by="drill")
         hosts.up(lambda _: None)  # the worker comes back
+    assert running(hosts, name).pid not in {v.pid for v in victims}, f"{name} was not restarted"
     result = exactly_once(p, sent)
     with capsys.disabled():
         print(
