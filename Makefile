@@ -144,7 +144,7 @@ types: setup
 
 test: lint types $(SLUICE_HOME)/.postgres $(SLUICE_HOME)/.redis $(JARS)/jdbc/.installed $(JARS)/s3/.installed $(JARS)/s3proxy/.installed \
       $(JARS)/compose/compose-spec.json
-	$(BIN)/pytest --timeout=900 --durations=15 $(PYTEST_ARGS)
+	$(BIN)/pytest --timeout=900 --durations=40 $(PYTEST_ARGS)
 
 unit: setup
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)

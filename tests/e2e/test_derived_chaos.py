@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -85,16 +86,23 @@ def test_kill_and_restart_neither_loses_nor_doubles(broker: Any, spark: Any, tmp
         records = [Record(json.dumps(e.json()).encode(), "good", None) for e in events]
         assert send(broker.bootstrap, topic, records).sent == len(records)
         run_available_now(spark, raw)
-        for p in (pushes, sessions):
-            if r != KILLED_ROUND:
+        if r != KILLED_ROUND:
+            for p in (pushes, sessions):
                 run_available_now(spark, p)
-                continue
+            continue
+
+        def kill_then_resume(p: Pipeline) -> None:
             log = tmp_path / f"{p.name}.log"
             code = submit(p, log, env={KILL_AFTER_WRITING: str(kill_at[p.name])})
             assert code != 0, log.read_text()[-3000:]
             written = {b.batch_id for b in audits(p)}
             assert kill_at[p.name] in written, "the batch was written before the kill"
             assert submit(p, log) == 0, log.read_text()[-3000:]
+
+        # Both pipelines' drivers at once: each is mostly a JVM starting, twice.
+        with ThreadPoolExecutor(2) as pool:
+            for done in [pool.submit(kill_then_resume, p) for p in (pushes, sessions)]:
+                done.result()
 
     want, outcome = model.expected_pushes(rounds)
     assert pushes_table(pushes) == want
