@@ -36,13 +36,12 @@ from sluice.ops.submit import ingest_submission, submit_env
 from sluice.records.checkpoint import read_committed
 from sluice.records.run import Driver
 from sluice.spec import Pipeline
-from tests.fixtures import all_audit_totals, kafka_keys, make_pipeline, new_topic, read_without_spark
+from tests.fixtures import KAFKA_KEYS, all_audit_totals, kafka_keys, make_pipeline, new_topic, read_without_spark
 
 pytestmark = [pytest.mark.e2e, pytest.mark.chaos]
 
 SCHEDULES = int(os.environ.get("SLUICE_CHAOS_SCHEDULES", "2"))
 BASE_SEED = int(os.environ.get("SLUICE_CHAOS_SEED") or random.randrange(1_000_000))
-KEYS = ["_kafka_topic", "_kafka_partition", "_kafka_offset"]
 MAX_STARTS = 3
 
 
@@ -186,8 +185,8 @@ class Schedule:
 
     def check(self) -> dict[str, int]:
         produced = {(self.topic, d.partition, d.offset): d.record for d in self.delivered}
-        out = kafka_keys(read_without_spark(self.fmt, self.pipeline.sink_path, KEYS))
-        quarantine = read_without_spark(self.fmt, self.pipeline.quarantine_path, [*KEYS, "reason"])
+        out = kafka_keys(read_without_spark(self.fmt, self.pipeline.sink_path, KAFKA_KEYS))
+        quarantine = read_without_spark(self.fmt, self.pipeline.quarantine_path, [*KAFKA_KEYS, "reason"])
         bad = dict(zip(kafka_keys(quarantine), quarantine.column("reason").to_pylist(), strict=True))
         found = set(out) | set(bad)
         result = {

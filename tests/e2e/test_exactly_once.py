@@ -24,11 +24,10 @@ from sluice.dev.produce import send, synthetic
 from sluice.ops.submit import ingest_submission, submit_env
 from sluice.records.checkpoint import SPEC_FILE
 from sluice.spec import Pipeline
-from tests.fixtures import audit_totals, kafka_keys, make_pipeline, new_topic, read_without_spark
+from tests.fixtures import KAFKA_KEYS, audit_totals, kafka_keys, make_pipeline, new_topic, read_without_spark
 
 pytestmark = [pytest.mark.e2e, pytest.mark.chaos]
 
-KEYS = ["_kafka_topic", "_kafka_partition", "_kafka_offset"]
 SHIFTED_BOUNDS = {"accept": {"not_before": "2000-01-01"}}
 
 
@@ -111,8 +110,8 @@ def test_renamed_after_a_crash_between_write_and_commit_repeats_nothing(spark, b
 
     good = {(topic, d.partition, d.offset) for d in report.delivered if d.record.kind == "good"}
     bad = {(topic, d.partition, d.offset) for d in report.delivered if d.record.kind != "good"}
-    out = kafka_keys(read_without_spark(fmt, before.sink_path, KEYS))
-    quarantined = kafka_keys(read_without_spark(fmt, before.quarantine_path, KEYS))
+    out = kafka_keys(read_without_spark(fmt, before.sink_path, KAFKA_KEYS))
+    quarantined = kafka_keys(read_without_spark(fmt, before.quarantine_path, KAFKA_KEYS))
     assert len(out) == len(set(out)) and len(quarantined) == len(set(quarantined)), "a batch was written twice"
     assert set(out) == good and set(quarantined) == bad
 
@@ -145,8 +144,8 @@ def test_a_new_schema_version_after_a_crash_replays_the_interrupted_batch_under_
     delivered = first.delivered + second.delivered
     good = {(topic, d.partition, d.offset) for d in delivered if d.record.kind == "good"}
     bad = {(topic, d.partition, d.offset) for d in delivered if d.record.kind != "good"}
-    rows = read_without_spark(fmt, v2.sink_path, [*KEYS, "color"])
-    out, quarantined = kafka_keys(rows), kafka_keys(read_without_spark(fmt, v2.quarantine_path, KEYS))
+    rows = read_without_spark(fmt, v2.sink_path, [*KAFKA_KEYS, "color"])
+    out, quarantined = kafka_keys(rows), kafka_keys(read_without_spark(fmt, v2.quarantine_path, KAFKA_KEYS))
     assert len(out) == len(set(out)) and len(quarantined) == len(set(quarantined)), "a batch was written twice"
     assert set(out) == good and set(quarantined) == bad
     # Every value as sent: the new records' colors, and none where v1's records had none.
@@ -199,5 +198,5 @@ def test_a_second_spec_on_the_same_checkpoint_or_table_is_refused(spark, broker,
     finally:
         running.send_signal(signal.SIGTERM)  # spark-submit passes it to the Python driver
         running.wait(timeout=180)
-    out = kafka_keys(read_without_spark("delta", first.sink_path, KEYS))
+    out = kafka_keys(read_without_spark("delta", first.sink_path, KAFKA_KEYS))
     assert sorted(out) == sorted((topic, d.partition, d.offset) for d in report.delivered)

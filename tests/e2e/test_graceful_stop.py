@@ -14,11 +14,9 @@ from sluice.dev.produce import send, synthetic
 from sluice.ops import stream
 from sluice.ops.submit import ingest_submission, submit_env
 from sluice.records.run import Status
-from tests.fixtures import kafka_keys, make_pipeline, new_topic, read_without_spark
+from tests.fixtures import KAFKA_KEYS, kafka_keys, make_pipeline, new_topic, read_without_spark
 
 pytestmark = [pytest.mark.e2e, pytest.mark.chaos]
-
-KEYS = ["_kafka_topic", "_kafka_partition", "_kafka_offset"]
 
 
 def batches_done(pipeline) -> int:
@@ -66,7 +64,7 @@ def test_stop_with_a_backlog_ends_after_the_batch_in_progress(broker, tmp_path) 
     while stream.driver_process(pipeline) is not None or (Status.read(pipeline.name).state != "finished"):
         assert time.monotonic() < deadline, stream.log_tail(finished.log)
         time.sleep(1)
-    out = kafka_keys(read_without_spark("parquet", pipeline.sink_path, KEYS))
-    quarantined = kafka_keys(read_without_spark("parquet", pipeline.quarantine_path, KEYS))
+    out = kafka_keys(read_without_spark("parquet", pipeline.sink_path, KAFKA_KEYS))
+    quarantined = kafka_keys(read_without_spark("parquet", pipeline.quarantine_path, KAFKA_KEYS))
     assert len(out) + len(quarantined) == len(set(out) | set(quarantined)) == 2000
     assert set(out) | set(quarantined) == {(topic, d.partition, d.offset) for d in report.delivered}

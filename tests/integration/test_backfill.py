@@ -14,11 +14,18 @@ from sluice.dev.produce import send, synthetic
 from sluice.errors import NothingToDo
 from sluice.ops.backfill import plan
 from sluice.records.backfill import BackfillPlan
-from tests.fixtures import all_audit_totals, kafka_keys, make_pipeline, new_topic, read_without_spark, run_available_now
+from tests.fixtures import (
+    KAFKA_KEYS,
+    all_audit_totals,
+    kafka_keys,
+    make_pipeline,
+    new_topic,
+    read_without_spark,
+    run_available_now,
+    written_keys,
+)
 
 pytestmark = pytest.mark.integration
-
-KEYS = ["_kafka_topic", "_kafka_partition", "_kafka_offset"]
 
 
 def backfill(spark, pipeline, bf: BackfillPlan) -> None:
@@ -57,13 +64,12 @@ def test_backfill_takes_only_what_the_stream_committed(spark, broker, tmp_path, 
     # clipped by the job itself.
     unclipped = {t: {p: (0, 10**6) for p in parts} for t, parts in whole.ranges.items()}
     backfill(spark, pipeline, BackfillPlan("offsets-unclipped", unclipped))
-    present = set(kafka_keys(read_without_spark(fmt, pipeline.sink_path, KEYS)))
-    present |= set(kafka_keys(read_without_spark(fmt, pipeline.quarantine_path, KEYS)))
+    present = set(written_keys(pipeline))
     assert present == {(topic, d.partition, d.offset) for d in sent}  # the 50 are the stream's
 
     run_available_now(spark, pipeline)
-    out = kafka_keys(read_without_spark(fmt, pipeline.sink_path, KEYS))
-    quarantined = kafka_keys(read_without_spark(fmt, pipeline.quarantine_path, KEYS))
+    out = kafka_keys(read_without_spark(fmt, pipeline.sink_path, KAFKA_KEYS))
+    quarantined = kafka_keys(read_without_spark(fmt, pipeline.quarantine_path, KAFKA_KEYS))
     everything = {(topic, d.partition, d.offset) for d in sent + later}
     assert len(out) + len(quarantined) == len(everything) == 350  # nothing twice
     assert set(out) | set(quarantined) == everything and not set(out) & set(quarantined)
