@@ -43,7 +43,11 @@ def committed_in(pipeline: Pipeline) -> int:
     return audit_totals(pipeline)["records_in"] if Path(pipeline.audit_path).exists() else 0
 
 
-def test_start_backfill_kill_supervise_stall_stop(airflow, broker, spark, tmp_path) -> None:
+def test_start_backfill_kill_supervise_stall_stop(airflow, broker, spark, tmp_path, monkeypatch, request) -> None:
+    # The frozen driver below must still hold its lease when supervision looks at it (stalled
+    # past max_stall, 15 s): past its lease a paused driver is taken over, as the pause drills
+    # test. The default 30 s left too little room for `airflow dags test` on a busy machine.
+    monkeypatch.setenv("SLUICE_LEASE_TTL", "90")
     topic = new_topic(broker, partitions=2)
     pipeline = make_pipeline(
         airflow.pipelines,
@@ -54,6 +58,8 @@ def test_start_backfill_kill_supervise_stall_stop(airflow, broker, spark, tmp_pa
         supervision={"schedule": None, "max_stall": "15 seconds"},
     )
     dag = "sluice_lifecycle"
+    # A failure midway must not leave a stream running under the rest of the suite.
+    request.addfinalizer(lambda: stream.driver_process(pipeline) and stream.stop(pipeline, by="test", timeout=60))
     missed = produce(pipeline, topic, broker, 120, seed=1)  # before the stream starts at 'latest'
 
     run = airflow.dags_test(dag, {"action": "start"})
