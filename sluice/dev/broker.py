@@ -287,8 +287,11 @@ class KafkaCluster:
     def __init__(self, home: Path, ports: list[tuple[int, int]], jars: Path | None = None, heap: str = "384m"):
         cluster_id_file = home / "cluster.id"
         home.mkdir(parents=True, exist_ok=True)
-        if not cluster_id_file.exists():
-            cluster_id_file.write_text(new_cluster_id())
+        try:  # exclusive: the layout's threads may build this at once, and all must agree
+            with cluster_id_file.open("x") as fresh:
+                fresh.write(new_cluster_id())
+        except FileExistsError:
+            pass
         cluster_id = cluster_id_file.read_text().strip()
         voters = tuple((n + 1, controller) for n, (_, controller) in enumerate(ports))
         self.brokers = [

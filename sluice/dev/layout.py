@@ -90,7 +90,7 @@ class Ports:
 
 
 #: Guards the layout's record: servers start from several threads.
-_RECORD = threading.Lock()
+_RECORD = threading.RLock()
 
 
 @dataclass
@@ -114,18 +114,24 @@ class Layout:
         return cls(home, ports, data["secrets"], [Service(**s) for s in data["services"]])
 
     def save(self) -> None:
-        self.home.mkdir(parents=True, exist_ok=True)
-        record = self.home / "layout.json"
-        record.write_text(
-            json.dumps(
-                {"ports": asdict(self.ports), "secrets": self.secrets, "services": [asdict(s) for s in self.services]},
-                indent=2,
+        with _RECORD:
+            self.home.mkdir(parents=True, exist_ok=True)
+            record = self.home / "layout.json"
+            record.write_text(
+                json.dumps(
+                    {
+                        "ports": asdict(self.ports),
+                        "secrets": self.secrets,
+                        "services": [asdict(s) for s in self.services],
+                    },
+                    indent=2,
+                )
             )
-        )
-        record.chmod(0o600)  # it holds the layout's passwords
+            record.chmod(0o600)  # it holds the layout's passwords
 
     def _secret(self, name: str) -> str:
-        return self.secrets.setdefault(name, secrets.token_urlsafe(24))
+        with _RECORD:
+            return self.secrets.setdefault(name, secrets.token_urlsafe(24))
 
     def _add(self, name: str, pid: int, address: str = "") -> None:
         with _RECORD:  # servers start from several threads
@@ -369,16 +375,17 @@ class Layout:
         """Each service, whether it runs, and its resident memory (bytes)."""
         return [(s, s.process() is not None, s.rss()) for s in self.services]
 
-    def _host_processes(self) -> list[psutil.Process]:
+    def _host_drivers(self) -> list[tuple[str, psutil.Process]]:
         """Streams' drivers the layout's hosts started (detached from the workers that did)."""
         hosts = str(self.home / "hosts")
         services = {s.pid for s in self.services}
         found = []
         for proc in psutil.process_iter():
             try:
-                ours = proc.pid not in services and proc.environ().get("SLUICE_HOME", "").startswith(hosts)
+                env = proc.environ()
+                ours = proc.pid not in services and env.get("SLUICE_HOME", "").startswith(hosts)
                 if ours and os.getpgid(proc.pid) == proc.pid:  # a group leader: the driver, not its JVM
-                    found.append(proc)
+                    found.append((f"a driver of {env.get('SLUICE_HOSTNAME')} (pid {proc.pid})", proc))
             except (psutil.Error, ProcessLookupError):
                 continue
         return found
@@ -386,22 +393,20 @@ class Layout:
     def down(self, say: object = print) -> None:
         """Stop every process of the layout (its data stays, for the next ``up``).
 
-        In two waves, each stopped at once: first whatever uses the servers (the hosts'
-        drivers, Airflow), then the servers; PostgreSQL last. Stopping the Kafka brokers one
-        by one would leave the last one without a controller quorum, waiting out its
-        controlled shutdown until it is killed.
+        In waves, each stopped at once: Airflow first, so no worker's supervision starts a
+        driver while the drivers stop; then the drivers the hosts started; then the servers;
+        PostgreSQL last. Stopping the Kafka brokers one by one would leave the last one
+        without a controller quorum, waiting out its controlled shutdown until it is killed.
         """
         tell = say if callable(say) else print
-        users = [(f"a driver of {p.environ().get('SLUICE_HOSTNAME')} (pid {p.pid})", p) for p in self._host_processes()]
-        servers: list[tuple[str, psutil.Process]] = []
-        for s in reversed(self.services):
-            proc = s.process() if s.name != "postgres" else None
-            if proc is not None:
-                (users if s.name.startswith("airflow") else servers).append((s.name, proc))
-        for wave in (users, servers):
-            if wave:
-                tell(f"stopping {', '.join(name for name, _ in wave)}")
-                _stop_groups([proc for _, proc in wave])
+        running = [(s.name, s.process() if s.name != "postgres" else None) for s in reversed(self.services)]
+        airflow = [(name, proc) for name, proc in running if proc is not None and name.startswith("airflow")]
+        servers = [(name, proc) for name, proc in running if proc is not None and not name.startswith("airflow")]
+        for wave in (lambda: airflow, self._host_drivers, lambda: servers):
+            stopping = wave()
+            if stopping:
+                tell(f"stopping {', '.join(name for name, _ in stopping)}")
+                _stop_groups([proc for _, proc in stopping])
         if self._alive("postgres"):
             tell("postgres: stopping")
             self.postgres.stop(remove=False)
