@@ -20,7 +20,7 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from sluice.airflow.env import CONN_ID
 from sluice.errors import JobFailed, SluiceError
 from sluice.ops.submit import Submission, submit_env
-from sluice.ops.target import standalone_app_state
+from sluice.ops.target import standalone_app_cores, standalone_app_state
 
 #: Private members of SparkSubmitHook this module relies on (provider 6.x).
 PRIVATE = ("_build_spark_submit_command", "_connection")
@@ -68,6 +68,9 @@ class AirflowTarget:
 
     def app_state(self, app_id: str) -> str | None:
         return standalone_app_state(self.master, app_id)
+
+    def app_cores(self, app_id: str) -> int | None:
+        return standalone_app_cores(self.master, app_id)
 
     def launch_command(self, sub: Submission) -> tuple[list[str], dict[str, str]]:
         check_spark_runtime()

@@ -219,6 +219,31 @@ def continuous_conf(pipeline: Pipeline, master: str) -> dict[str, str]:
     return {} if required_slots(master) is not None else {"spark.cores.max": str(partitions)}
 
 
+#: How long a continuous branch on a cluster may wait for its cores.
+CORES_TIMEOUT = 90.0
+
+
+def wait_cores(pipeline: Pipeline, target: SparkTarget, started: Started, needed: int) -> None:
+    """A continuous branch on a cluster runs once the master grants it a core per partition;
+    short of them its query reports running and reads nothing. Wait for them; stop it and say
+    so when the cluster does not give them (other applications hold the cores)."""
+    app_id, cores, timeout = started.status.app_id, None, CORES_TIMEOUT
+    deadline = time.monotonic() + timeout
+    while app_id and time.monotonic() < deadline:
+        cores = target.app_cores(app_id)
+        if cores is None or cores >= needed:
+            return
+        time.sleep(1)
+    if cores is None:
+        return
+    stop(pipeline, by="start: too few cores")
+    raise StartFailed(
+        f"{pipeline.name}: the Spark cluster granted {cores} of the {needed} cores a continuous branch needs "
+        f"(one per Kafka partition) within {timeout:.0f}s, so it would read nothing; it was stopped. "
+        f"Free cores on the cluster (other applications hold them) or add workers, then start it again."
+    )
+
+
 # --- actions ----------------------------------------------------------------------------------
 
 
@@ -267,18 +292,22 @@ def start(
     continuous = pipeline.spec.mode == "continuous"
     # Run-once when asked, or when the spec says so and no interval overrides it.
     once = not continuous and (available_now or (processing_time is None and pipeline.spec.trigger.available_now))
+    conf = continuous_conf(pipeline, target.master)
     sub = ingest_submission(
         pipeline.spec_path,
         pipeline_name=pipeline.name,
         available_now=once,
         processing_time=None if continuous else processing_time,
         rebuild=rebuild,
-        conf=continuous_conf(pipeline, target.master),
+        conf=conf,
     )
     command, env = target.launch_command(sub)
     driver = launch(pipeline, command, env, launched_by=by, desired="once" if once else "running")
     try:
-        return Started(driver, wait_running(pipeline, driver, timeout))
+        started = Started(driver, wait_running(pipeline, driver, timeout))
+        if "spark.cores.max" in conf:
+            wait_cores(pipeline, target, started, int(conf["spark.cores.max"]))
+        return started
     except StartFailed:
         # Its leases, unless the job took them over (then it gives them up as it exits).
         store().expire(locks.claims_for(pipeline), driver.owner, pid=os.getpid())

@@ -40,15 +40,20 @@ class SparkTarget(Protocol):
         None when it cannot tell: a driver's liveness beside its lease's heartbeats."""
         ...
 
+    def app_cores(self, app_id: str) -> int | None:
+        """The cores the cluster granted the application, or None when it cannot tell."""
+        ...
+
 
 #: Application states after which its driver is gone.
 ENDED = ("FINISHED", "KILLED", "FAILED")
 
 
-def standalone_app_state(master: str, app_id: str, ui: str | None = None) -> str | None:
-    """The state a standalone master's JSON API reports for ``app_id``: the master knows every
-    application, wherever its driver runs. Its web UI is ``SLUICE_SPARK_MASTER_UI``
-    (e.g. http://spark-master:8080); None without one, or when the master does not answer."""
+def standalone_app(master: str, app_id: str, ui: str | None = None) -> dict[str, object] | None:
+    """What a standalone master's JSON API reports of ``app_id`` (its state, the cores it was
+    granted): the master knows every application, wherever its driver runs. Its web UI is
+    ``SLUICE_SPARK_MASTER_UI`` (e.g. http://spark-master:8080); None without one, or when the
+    master does not answer."""
     ui = ui or os.environ.get("SLUICE_SPARK_MASTER_UI")
     if not master.startswith("spark://") or not ui:
         return None
@@ -57,10 +62,19 @@ def standalone_app_state(master: str, app_id: str, ui: str | None = None) -> str
             data = json.loads(resp.read())
     except (OSError, ValueError):
         return None
-    for app in [*data.get("activeapps", []), *data.get("completedapps", [])]:
-        if app.get("id") == app_id:
-            return str(app.get("state"))
-    return None
+    return next(
+        (a for a in [*data.get("activeapps", []), *data.get("completedapps", [])] if a.get("id") == app_id), None
+    )
+
+
+def standalone_app_state(master: str, app_id: str) -> str | None:
+    app = standalone_app(master, app_id)
+    return None if app is None else str(app.get("state"))
+
+
+def standalone_app_cores(master: str, app_id: str) -> int | None:
+    cores = (standalone_app(master, app_id) or {}).get("cores")
+    return cores if isinstance(cores, int) else None
 
 
 class LocalTarget:
@@ -82,6 +96,9 @@ class LocalTarget:
 
     def app_state(self, app_id: str) -> str | None:
         return standalone_app_state(self._master, app_id)
+
+    def app_cores(self, app_id: str) -> int | None:
+        return standalone_app_cores(self._master, app_id)
 
     def run(self, sub: Submission) -> None:
         command, env = self.launch_command(sub)

@@ -68,11 +68,11 @@ locks.release(keeper.lease)
 
 
 class FakeTarget:
-    def __init__(self, folder: Path, mode: str = "run", master: str = "local[4]") -> None:
+    def __init__(self, folder: Path, mode: str = "run", master: str = "local[4]", cores: int | None = None) -> None:
         self.script = folder / "fake" / "ingest.py"
         self.script.parent.mkdir(parents=True, exist_ok=True)
         self.script.write_text(DRIVER)
-        self.mode, self._master = mode, master
+        self.mode, self._master, self.cores = mode, master, cores
         self.launched: list[Submission] = []
         self.ran: list[Submission] = []
         self.fail_runs = False
@@ -83,6 +83,9 @@ class FakeTarget:
 
     def app_state(self, app_id: str) -> str | None:
         return None  # no cluster to ask: leases alone tell
+
+    def app_cores(self, app_id: str) -> int | None:
+        return self.cores  # what the master granted, as a test sets it
 
     def launch_command(self, sub: Submission) -> tuple[list[str], dict[str, str]]:
         self.launched.append(sub)

@@ -386,3 +386,34 @@ def test_a_pid_in_a_record_is_no_driver_a_lease_is(home: Path, pipeline: Pipelin
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.mark.parametrize("granted", [1, 2])
+def test_a_continuous_branch_short_of_cores_on_a_cluster_is_stopped_and_says_so(
+    home: Path, monkeypatch: pytest.MonkeyPatch, granted: int
+) -> None:
+    """Short of a core per partition its query reports running and reads nothing: the start
+    must not look like a success."""
+    monkeypatch.setattr(stream, "total_partitions", lambda bootstrap, topics: 2)
+    monkeypatch.setattr(stream, "CORES_TIMEOUT", 1.0)
+    fraud = make_pipeline(
+        home,
+        "payments",
+        name="fraud",
+        schema="payment/v1.json",
+        mode="continuous",
+        event_time={"field": "created_at", "format": "iso8601"},
+        sink={"format": "kafka", "topic": "verdicts", "path": None},
+        continuous={"rules": {"large_amount": "amount > 1500"}},
+    )
+    target = FakeTarget(home, master="spark://master:7077", cores=granted)
+    if granted == 2:
+        assert stream.start(fraud, target, by="test").status.state == "running"
+        stream.stop(fraud, by="test")
+        return
+    with pytest.raises(StartFailed, match=r"^fraud: the Spark cluster granted 1 of the 2 cores a continuous branch"):
+        stream.start(fraud, target, by="test")
+    assert target.launched[0].conf["spark.cores.max"] == "2"
+    assert stream.running(fraud) is None
+    driver = Driver.read("fraud")
+    assert driver is not None and driver.desired == "stopped" and driver.stopped_by == "start: too few cores"
