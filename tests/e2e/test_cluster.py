@@ -275,6 +275,7 @@ def ok(done: subprocess.CompletedProcess[str]) -> str:
     return done.stdout
 
 
+@pytest.mark.timeout(1800)  # eight Spark applications in turn: 704 s alone on a slow day (2026-11-25)
 def test_every_action_works_from_either_hosts_command_line(hosts: Layout, capsys) -> None:
     """start, status with lag, backfill, audit, validate (GX), SQL, a derived pipeline and a
     continuous branch, each typed on worker-1 or worker-2: the stream's driver on one host is
