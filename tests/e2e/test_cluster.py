@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -38,7 +39,7 @@ from sluice.dev.produce import send, synthetic
 from sluice.ops import stream
 from sluice.ops.target import LocalTarget
 from sluice.records.checkpoint import read_committed
-from sluice.records.run import Driver
+from sluice.records.run import Driver, Status
 from sluice.spec import Pipeline
 from sluice.topics import create_topics
 from tests.fixtures import (
@@ -118,6 +119,22 @@ def driver_log(p: Pipeline) -> str:
     return stream.log_tail(d.log, 60) if d is not None and Path(d.log).exists() else f"no driver log for {p.name}"
 
 
+def executor_evidence(layout: Layout, p: Pipeline) -> str:
+    """What the executors of ``p``'s Spark application said about reading and writing Kafka:
+    the workers' logs stay on their hosts, and the layout is gone after the module."""
+    status = Status.read(p.name)
+    app = status.app_id if status is not None else None
+    found = []
+    for log in sorted(layout.home.glob(f"spark-worker-*/{app}/*/stderr")) if app else []:
+        said = [ln for ln in log.read_text(errors="replace").splitlines() if re.search(EVIDENCE, ln)]
+        found.append(f"== {log.relative_to(layout.home)}\n" + "\n".join(ln[:300] for ln in said[-25:]))
+    return f"app {app}\n" + ("\n".join(found) or "no executor logs")
+
+
+#: Executor log lines that tell where a continuous branch's records went.
+EVIDENCE = r"Seeking to offset|is committing|ProducerConfig values|Exception|ERROR|read \d+ records"
+
+
 # --- the layout ---------------------------------------------------------------------------
 
 
@@ -179,7 +196,7 @@ def test_killing_a_spark_worker_mid_batch_loses_nothing(hosts: Layout, capsys) -
     stream.start(p, LocalTarget(hosts.spark_master), by="drill")
     try:
         wait_written(p, 200, lambda: driver_log(p))
-        sent |= produce(hosts, topic, gen, 1000)  # five batches' worth of backlog: batches are running
+        sent |= produce(hosts, topic, gen, 400)  # two batches' worth of backlog: a batch is running
         # The app has one executor (the master's default share is one core): kill the worker
         # that runs it, with the executor, so the master must place it on the other worker.
         workers = [running(hosts, f"spark-worker-{n}") for n in (1, 2)]
@@ -376,7 +393,11 @@ def test_every_action_works_from_either_hosts_command_line(hosts: Layout, capsys
         sent = send(hosts.kafka.bootstrap, pay, synthetic(EventGenerator(branch, seed=31), 200), keep=True)
         verdicts = read_verdicts(hosts.kafka.bootstrap, f"{pay}-verdicts", 200, timeout=120)
         got = {(v["source"]["partition"], v["source"]["offset"]) for v in verdicts}
-        assert got == {(d.partition, d.offset) for d in sent.delivered}  # at least once: each one, maybe twice
+        # At least once: each one, maybe twice. CI saw none twice (2026-11-25) while the branch's
+        # executors read the records and committed epochs; the evidence is kept for that case.
+        assert got == {(d.partition, d.offset) for d in sent.delivered}, (
+            f"{len(got)} of {len(sent.delivered)} verdicts\n{driver_log(branch)}\n{executor_evidence(hosts, branch)}"
+        )
         flagged = {(v["source"]["partition"], v["source"]["offset"]) for v in verdicts if v["flagged"]}
         large = {
             (d.partition, d.offset)
