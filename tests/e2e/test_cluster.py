@@ -128,7 +128,12 @@ def executor_evidence(layout: Layout, p: Pipeline) -> str:
     for log in sorted(layout.home.glob(f"spark-worker-*/{app}/*/stderr")) if app else []:
         said = [ln for ln in log.read_text(errors="replace").splitlines() if re.search(EVIDENCE, ln)]
         found.append(f"== {log.relative_to(layout.home)}\n" + "\n".join(ln[:300] for ln in said[-25:]))
-    return f"app {app}\n" + ("\n".join(found) or "no executor logs")
+    try:  # offsets still at 0 mean rows queued behind epoch markers; at the end, rows lost
+        committed = read_committed(p.checkpoint_path)
+        epochs = f"last committed epoch {committed.batch_id}, offsets {committed.offsets}"
+    except Exception as exc:  # evidence for a failure message, never the failure itself
+        epochs = f"checkpoint unreadable: {exc}"
+    return f"app {app}, {epochs}\n" + ("\n".join(found) or "no executor logs")
 
 
 #: Executor log lines that tell where a continuous branch's records went.
