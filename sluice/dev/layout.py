@@ -399,9 +399,9 @@ class Layout:
         without a controller quorum, waiting out its controlled shutdown until it is killed.
         """
         tell = say if callable(say) else print
-        running = [(s.name, s.process() if s.name != "postgres" else None) for s in reversed(self.services)]
-        airflow = [(name, proc) for name, proc in running if proc is not None and name.startswith("airflow")]
-        servers = [(name, proc) for name, proc in running if proc is not None and not name.startswith("airflow")]
+        running = [(s.name, p) for s in reversed(self.services) if s.name != "postgres" and (p := s.process())]
+        airflow = [(name, proc) for name, proc in running if name.startswith("airflow")]
+        servers = [(name, proc) for name, proc in running if not name.startswith("airflow")]
         for wave in (lambda: airflow, self._host_drivers, lambda: servers):
             stopping = wave()
             if stopping:

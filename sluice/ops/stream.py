@@ -227,21 +227,17 @@ def wait_cores(pipeline: Pipeline, target: SparkTarget, started: Started, needed
     """A continuous branch on a cluster runs once the master grants it a core per partition;
     short of them its query reports running and reads nothing. Wait for them; stop it and say
     so when the cluster does not give them (other applications hold the cores)."""
-    app_id, cores, timeout = started.status.app_id, None, CORES_TIMEOUT
-    deadline = time.monotonic() + timeout
-    while app_id and time.monotonic() < deadline:
-        cores = target.app_cores(app_id)
-        if cores is None or cores >= needed:
-            return
+    app_id = started.status.app_id
+    deadline = time.monotonic() + CORES_TIMEOUT
+    while app_id and (cores := target.app_cores(app_id)) is not None and cores < needed:
+        if time.monotonic() > deadline:
+            stop(pipeline, by="start: too few cores")
+            raise StartFailed(
+                f"{pipeline.name}: the Spark cluster granted {cores} of the {needed} cores a continuous branch "
+                f"needs (one per Kafka partition) within {CORES_TIMEOUT:.0f}s, so it would read nothing; it was "
+                f"stopped. Free cores on the cluster (other applications hold them) or add workers, then start it again."
+            )
         time.sleep(1)
-    if cores is None:
-        return
-    stop(pipeline, by="start: too few cores")
-    raise StartFailed(
-        f"{pipeline.name}: the Spark cluster granted {cores} of the {needed} cores a continuous branch needs "
-        f"(one per Kafka partition) within {timeout:.0f}s, so it would read nothing; it was stopped. "
-        f"Free cores on the cluster (other applications hold them) or add workers, then start it again."
-    )
 
 
 # --- actions ----------------------------------------------------------------------------------

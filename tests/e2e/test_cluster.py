@@ -119,6 +119,10 @@ def driver_log(p: Pipeline) -> str:
     return stream.log_tail(d.log, 60) if d is not None and Path(d.log).exists() else f"no driver log for {p.name}"
 
 
+#: Executor log lines that tell where a continuous branch's records went.
+EVIDENCE = r"Seeking to offset|is committing|ProducerConfig values|Exception|ERROR|read \d+ records"
+
+
 def executor_evidence(layout: Layout, p: Pipeline) -> str:
     """What the executors of ``p``'s Spark application said about reading and writing Kafka:
     the workers' logs stay on their hosts, and the layout is gone after the module."""
@@ -134,10 +138,6 @@ def executor_evidence(layout: Layout, p: Pipeline) -> str:
     except Exception as exc:  # evidence for a failure message, never the failure itself
         epochs = f"checkpoint unreadable: {exc}"
     return f"app {app}, {epochs}\n" + ("\n".join(found) or "no executor logs")
-
-
-#: Executor log lines that tell where a continuous branch's records went.
-EVIDENCE = r"Seeking to offset|is committing|ProducerConfig values|Exception|ERROR|read \d+ records"
 
 
 # --- the layout ---------------------------------------------------------------------------

@@ -388,15 +388,11 @@ def test_a_pid_in_a_record_is_no_driver_a_lease_is(home: Path, pipeline: Pipelin
         proc.wait()
 
 
-@pytest.mark.parametrize("granted", [1, 2])
-def test_a_continuous_branch_short_of_cores_on_a_cluster_is_stopped_and_says_so(
-    home: Path, monkeypatch: pytest.MonkeyPatch, granted: int
-) -> None:
-    """Short of a core per partition its query reports running and reads nothing: the start
-    must not look like a success."""
+def continuous_branch(home: Path, monkeypatch: pytest.MonkeyPatch) -> Pipeline:
+    """A continuous branch on a two-partition topic, whose cores are waited for one second."""
     monkeypatch.setattr(stream, "total_partitions", lambda bootstrap, topics: 2)
     monkeypatch.setattr(stream, "CORES_TIMEOUT", 1.0)
-    fraud = make_pipeline(
+    return make_pipeline(
         home,
         "payments",
         name="fraud",
@@ -406,14 +402,27 @@ def test_a_continuous_branch_short_of_cores_on_a_cluster_is_stopped_and_says_so(
         sink={"format": "kafka", "topic": "verdicts", "path": None},
         continuous={"rules": {"large_amount": "amount > 1500"}},
     )
-    target = FakeTarget(home, master="spark://master:7077", cores=granted)
-    if granted == 2:
-        assert stream.start(fraud, target, by="test").status.state == "running"
-        stream.stop(fraud, by="test")
-        return
+
+
+def test_a_continuous_branch_short_of_cores_on_a_cluster_is_stopped_and_says_so(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Short of a core per partition its query reports running and reads nothing: the start
+    must not look like a success."""
+    fraud = continuous_branch(home, monkeypatch)
+    target = FakeTarget(home, master="spark://master:7077", cores=1)
     with pytest.raises(StartFailed, match=r"^fraud: the Spark cluster granted 1 of the 2 cores a continuous branch"):
         stream.start(fraud, target, by="test")
     assert target.launched[0].conf["spark.cores.max"] == "2"
     assert stream.running(fraud) is None
     driver = Driver.read("fraud")
     assert driver is not None and driver.desired == "stopped" and driver.stopped_by == "start: too few cores"
+
+
+def test_a_continuous_branch_granted_its_cores_on_a_cluster_runs(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fraud = continuous_branch(home, monkeypatch)
+    assert (
+        stream.start(fraud, FakeTarget(home, master="spark://master:7077", cores=2), by="test").status.state
+        == "running"
+    )
+    stream.stop(fraud, by="test")
