@@ -36,6 +36,7 @@ from sluice import config
 from sluice.dev.generate import EventGenerator
 from sluice.dev.layout import Layout
 from sluice.dev.produce import send, synthetic
+from sluice.errors import AlreadyRunning
 from sluice.ops import stream
 from sluice.ops.target import LocalTarget
 from sluice.records.checkpoint import read_committed
@@ -250,6 +251,8 @@ def test_a_paused_driver_writes_nothing_after_another_host_took_over(
         frozen = time.monotonic()
         sent |= produce(hosts, topic, gen, 300)
         monkeypatch.setenv("SLUICE_HOSTNAME", "worker-2")
+        with pytest.raises(AlreadyRunning, match="already running on worker-1"):
+            stream.start(p, LocalTarget(hosts.spark_master), by="drill worker-2")  # its lease is live
         while stream.running(p) is not None:  # no second driver until the lease runs out
             assert time.monotonic() - frozen < ttl + 10, "the paused driver's lease did not expire"
             time.sleep(0.2)
