@@ -270,6 +270,7 @@ def test_a_paused_driver_writes_nothing_after_another_host_took_over(
         wait_written(p, len(sent), lambda: stream.log_tail(b.driver.log, 60))
         st = stream.status(p)
         assert st.observation.alive and st.holder is not None and st.holder.host == "worker-2"
+        assert st.status is not None and st.status.host == "worker-2"  # the woken driver reported nothing over b
     finally:
         stream.stop(p, by="drill")
     result = exactly_once(p, sent)

@@ -78,6 +78,7 @@ def test_the_s3_server_restarted_while_a_stream_commits_loses_and_doubles_nothin
         source={"max_offsets_per_trigger": 100},
         trigger={"processing_time": "500 milliseconds"},
     )
+    assert p.sink_path.startswith("s3a://") and p.checkpoint_path.startswith("s3a://")
     gen = EventGenerator(p, seed=37)
     sent: set[tuple[str, int, int]] = set()
 
