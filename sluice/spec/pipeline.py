@@ -84,6 +84,17 @@ _PASSTHROUGH_SOURCE_OPTIONS = {
     "endingOffsets",
     "endingTimestamp",
 }
+#: The Kafka source's defaults where a spec sets none. Spark looks up offsets with an admin
+#: client that keeps asking a partition leader which died until ``default.api.timeout.ms``
+#: (a minute) runs out, while KRaft elects a new leader within ``broker.session.timeout.ms``
+#: (9 s): the stream stalled for a minute (tests/e2e/test_cluster.py's leader drill). A
+#: lookup that times out is retried with a new client, which asks for the new leader.
+KAFKA_DEFAULTS = {
+    "kafka.request.timeout.ms": "10000",
+    "kafka.default.api.timeout.ms": "15000",
+    "fetchOffset.numRetries": "10",  # ~160 s to wait for the brokers, as Spark's 3 x 61 s did
+}
+_API_TIMEOUT, _REQUEST_TIMEOUT = "kafka.default.api.timeout.ms", "kafka.request.timeout.ms"
 
 
 def check_topic(name: str) -> str:
@@ -130,6 +141,12 @@ class Source(StrictModel):
                     f"options.{key} is not a Kafka client setting (kafka.*) nor a Spark Kafka "
                     f"source option Sluice passes through ({', '.join(sorted(_PASSTHROUGH_SOURCE_OPTIONS))})"
                 )
+        timeouts = {k: self.options[k] for k in (_REQUEST_TIMEOUT, _API_TIMEOUT) if k in self.options}
+        for key, value in timeouts.items():
+            if not value.isdigit() or int(value) == 0:
+                raise ValueError(f"options.{key} is {value!r}: give a positive number of milliseconds")
+        if len(timeouts) == 2 and int(timeouts[_API_TIMEOUT]) < int(timeouts[_REQUEST_TIMEOUT]):
+            raise ValueError(f"options.{_API_TIMEOUT} must be at least options.{_REQUEST_TIMEOUT} (Kafka's rule)")
         return self
 
     def spark_options(self) -> dict[str, str]:
@@ -146,7 +163,10 @@ class Source(StrictModel):
         if self.max_offsets_per_trigger:
             opts["maxOffsetsPerTrigger"] = str(self.max_offsets_per_trigger)
         opts["failOnDataLoss"] = str(self.fail_on_data_loss).lower()
-        return opts | dict(self.options)
+        opts = KAFKA_DEFAULTS | opts | dict(self.options)
+        if _API_TIMEOUT not in self.options:  # a longer request timeout set alone must still fit
+            opts[_API_TIMEOUT] = str(max(int(opts[_API_TIMEOUT]), int(opts[_REQUEST_TIMEOUT])))
+        return opts
 
 
 class Accept(StrictModel):

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from sluice.spec import SpecError, all_pipelines, duration_seconds, load_pipeline
+from sluice.spec.pipeline import KAFKA_DEFAULTS
 from tests.conftest import ROOT
 
 GOOD = """
@@ -58,12 +59,28 @@ def test_defaults_and_spark_options(tmp_path) -> None:
     p = load_pipeline(write(tmp_path, GOOD))
     assert p.spec.sink.format == "delta"
     assert p.spec.date_partition.column == "date"
-    assert p.spec.source.spark_options() == {
+    assert p.spec.source.spark_options() == KAFKA_DEFAULTS | {
         "kafka.bootstrap.servers": "localhost:9092",
         "subscribe": "device-signals",
         "startingOffsets": "earliest",
         "failOnDataLoss": "true",
     }
+
+
+def test_kafka_timeouts_default_short_and_stay_consistent(tmp_path) -> None:
+    def options(extra: str) -> dict[str, str]:
+        text = GOOD.replace("topics: [device-signals]", f"topics: [a]\n  options: {{{extra}}}")
+        return load_pipeline(write(tmp_path, text)).spec.source.spark_options()
+
+    api, request = "kafka.default.api.timeout.ms", "kafka.request.timeout.ms"
+    assert int(KAFKA_DEFAULTS[api]) < 60_000, "shorter than Kafka's minute, which stalled a lost leader's stream"
+    assert options(f"{request}: '40000'")[api] == "40000"  # a longer request timeout set alone still fits
+    assert options(f"{request}: '5000'")[api] == KAFKA_DEFAULTS[api]
+    assert options(f"{api}: '90000'")[api] == "90000"
+    with pytest.raises(SpecError, match="must be at least options.kafka.request.timeout.ms"):
+        options(f"{request}: '40000', {api}: '20000'")
+    with pytest.raises(SpecError, match="'soon': give a positive number of milliseconds"):
+        options(f"{api}: soon")
 
 
 def test_environment_interpolation(tmp_path, monkeypatch) -> None:
