@@ -449,6 +449,26 @@ class Api:
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             return []  # the API server is busy or restarting
 
+    def trigger(self, dag: str, conf: dict[str, Any], timeout: float) -> dict[str, dict[str, Any]]:
+        """A manual run with the trigger form's fields, once it ended: its task instances by id."""
+        run = self.call("POST", f"/api/v2/dags/{dag}/dagRuns", {"logical_date": None, "conf": conf})
+        path = f"/api/v2/dags/{dag}/dagRuns/{run['dag_run_id']}"
+        deadline = time.monotonic() + timeout
+        while (state := self.call("GET", path)["state"]) not in ("success", "failed"):
+            assert time.monotonic() < deadline, f"the {conf} run is still {state} after {timeout:.0f}s"
+            time.sleep(1)
+        tasks = {t["task_id"]: t for t in self.call("GET", f"{path}/taskInstances")["task_instances"]}
+        assert state == "success", f"the {conf} run failed: " + str({k: t["state"] for k, t in tasks.items()})
+        return tasks
+
+    def supervised_since(self, dag: str, moment: float) -> bool:
+        """A scheduled supervision that started after ``moment`` (epoch seconds) succeeded."""
+        since = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(moment))
+        return any(
+            r["run_type"] == "scheduled" and r["state"] == "success" and (r.get("start_date") or "") > since
+            for r in self.runs(dag)
+        )
+
     def wait_dag(self, dag: str, timeout: float = 180) -> None:
         deadline = time.monotonic() + timeout
         while True:
@@ -474,7 +494,8 @@ def test_a_lost_celery_worker_and_a_restarted_scheduler_lose_no_stream(hosts: La
     """SIGKILL the Celery worker whose supervision started a stream, with every process it
     started (the stream's driver too: the host is gone): the other worker's next scheduled
     supervision starts it again. Then restart the scheduler while the stream runs: the
-    stream goes on, and supervision runs again once the scheduler is back."""
+    stream goes on, and supervision runs again once the scheduler is back. Last, a backfill
+    and a stop from the trigger form, on either worker."""
     topic = "celery-drill"
     create_topics(hosts.kafka.bootstrap, [topic], partitions=2)
     p = spec(
@@ -534,20 +555,27 @@ def test_a_lost_celery_worker_and_a_restarted_scheduler_lose_no_stream(hosts: La
         began = time.monotonic()
         hosts.up(lambda _: None)  # the scheduler, and the Celery worker killed above
 
-        def supervised_again() -> bool:
-            return any(
-                r["run_type"] == "scheduled"
-                and r["state"] == "success"
-                and r.get("start_date")
-                and r["start_date"] > time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(stopped_at))
-                for r in api.runs(dag)
-            )
-
-        while not supervised_again():
+        while not api.supervised_since(dag, stopped_at):
             assert time.monotonic() - began < 180, "no scheduled supervision succeeded after the restart"
             time.sleep(0.5)
         back = time.monotonic() - began
         assert Driver.read(p.name) == second  # the same driver: the restart disturbed nothing
+
+        # A user's actions from the trigger form run on whichever worker Celery hands them to:
+        # a backfill over what the stream wrote (it adds nothing), then a stop that the
+        # scheduled supervisions after it respect.
+        workers = {}
+        for conf, task in (({"action": "backfill", "from_offset": 0}, "backfill"), ({"action": "stop"}, "stop")):
+            ran = api.trigger(dag, conf, timeout=420)
+            assert ran[task]["state"] == "success" and ran["publish"]["state"] in ("success", "skipped"), ran
+            workers[task] = ran[task]["hostname"]
+            assert workers[task] in ("worker-1", "worker-2"), ran[task]
+        stopped_at = time.time()
+        assert not stream.status(p).observation.alive
+        while not api.supervised_since(dag, stopped_at):
+            assert time.time() - stopped_at < 120, "no scheduled supervision succeeded after the stop"
+            time.sleep(0.5)
+        assert not stream.status(p).observation.alive, "supervision started what the user stopped"
     finally:
         api.call("PATCH", f"/api/v2/dags/{dag}", {"is_paused": True})
         stream.stop(p, by="drill")
@@ -556,6 +584,7 @@ def test_a_lost_celery_worker_and_a_restarted_scheduler_lose_no_stream(hosts: La
         print(
             f"\ncelery-worker drill: {host} killed, {other} restarted the stream {restarted:.1f}s after "
             f"(every record written {all_written:.1f}s after); scheduler restart: supervision ran again "
-            f"{back:.1f}s after; {result}"
+            f"{back:.1f}s after; a backfill and a stop from the trigger form ran on {workers['backfill']} and "
+            f"{workers['stop']}; {result}"
         )
     assert result["lost"] == 0 and result["duplicated"] == 0, result
