@@ -76,7 +76,7 @@ def schedule(seed: int, rounds: int = 5, per_round: int = 40) -> list[list[Event
         reused = [
             Event(old.id, old.type, old.actor, old.repo, old.size, now + rng.randrange(MINUTE))
             for old in rng.sample(sent, min(len(sent), 3))
-            if old.t < now - 40 * MINUTE  # an id seen long ago, a new event
+            if old.t < now - 30 * MINUTE  # an id seen long ago (its deduplication state gone), a new event
         ]
         batch += retries + reused
         rng.shuffle(batch)

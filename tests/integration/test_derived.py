@@ -127,9 +127,9 @@ def world(broker: Any, spark: Any, tmp_path_factory: pytest.TempPathFactory) -> 
         group_by=["repo_name"],
         aggregate={"pushes": "count(*)", "commits": "sum(payload_size)"},
     )
-    # Four rounds reach every pattern the model makes (ids reused 40 minutes on appear in the
-    # fourth); each round costs eight available-now runs, the longest set-up of the suite.
-    rounds = model.schedule(SEED, rounds=4)
+    # Three rounds reach every pattern the model makes (ids reused 30 minutes on appear in the
+    # third); each round costs eight available-now runs, the longest set-up of the suite.
+    rounds = model.schedule(SEED, rounds=3)
     lags = []  # supervision's lag of the pushes pipeline: before it reads a round, and after
     for events in rounds:
         records = [Record(json.dumps(e.json()).encode(), "good", None) for e in events]
