@@ -33,6 +33,8 @@ help:
 
 setup: $(BIN)/.installed $(AIRFLOW_VENV)/bin/.installed $(JARS)/kafka/.installed $(JARS)/spark/.installed $(JARS)/web/.installed \
        $(JARS)/metastore/.installed $(JARS)/sluice/sluice-sql.jar
+	@# The drivers' class-data archive (sluice/ops/cds.py): built when missing or stale, ~45 s.
+	@$(BIN)/python -m sluice.ops.cds
 
 # Java 17 (a JDK: the SQL endpoint's two classes are compiled) and Maven come from the OS
 # packages when missing (Debian/Ubuntu, as root).

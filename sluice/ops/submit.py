@@ -16,6 +16,7 @@ from typing import Any
 
 from sluice import config, storage
 from sluice.errors import SluiceError
+from sluice.ops import cds
 from sluice.records.backfill import BackfillPlan
 from sluice.sql.settings import DATABASE, Endpoint
 
@@ -53,17 +54,25 @@ def spark_jars() -> list[str]:
 def spark_conf(extra: dict[str, str] | None = None) -> dict[str, str]:
     log4j = JOBS_DIR / "log4j2.properties"
     python = os.environ.get("SLUICE_SPARK_PYTHON") or sys.executable
+    # S3A's settings and jars when this host is set up for S3 (sluice.storage).
+    s3 = storage.spark_conf()
+    java = f"-Dlog4j2.configurationFile=file:{log4j}"
+    if "spark.driver.extraClassPath" not in s3:
+        java = f"{java} {class_data_options()}".strip()
     return (
         BASE_CONF
-        # S3A's settings and jars when this host is set up for S3 (sluice.storage).
-        | storage.spark_conf()
-        | {
-            "spark.pyspark.python": python,
-            "spark.pyspark.driver.python": python,
-            "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j}",
-        }
+        | s3
+        | {"spark.pyspark.python": python, "spark.pyspark.driver.python": python, "spark.driver.extraJavaOptions": java}
         | (extra or {})
     )
+
+
+def class_data_options() -> str:
+    """The driver's class-data archive option on this host (sluice.ops.cds), or '' without one."""
+    try:
+        return cds.java_options(spark_home(), spark_jars())
+    except (SluiceError, FileNotFoundError):  # no Spark runtime or jars here: nothing to archive
+        return ""
 
 
 def spark_home() -> str:
