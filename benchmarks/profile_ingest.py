@@ -169,7 +169,7 @@ def main() -> int:
     from rich.console import Console
 
     from sluice.dev.broker import EmbeddedBroker
-    from sluice.ops.submit import JOBS_DIR, ingest_submission, submit_env
+    from sluice.ops.submit import LOG4J_OPTION, ingest_submission, submit_env
 
     console = Console(width=160)
     out = OUT / args.name
@@ -187,10 +187,7 @@ def main() -> int:
     try:
         fill(broker.bootstrap, "profile", args.partitions, args.events)
         spec = sluice_spec(work, "profiled", "profile", args.max_offsets)
-        java = (
-            f"-Dlog4j2.configurationFile=file:{JOBS_DIR / 'log4j2.properties'} "
-            f"-XX:StartFlightRecording=filename={recording},settings=profile,dumponexit=true"
-        )
+        java = f"{LOG4J_OPTION} -XX:StartFlightRecording=filename={recording},settings=profile,dumponexit=true"
         conf = {"spark.driver.extraJavaOptions": java, "spark.pyspark.driver.python": str(wrapper)}
         sub = ingest_submission(spec, pipeline_name="profiled", available_now=True, conf=conf)
         started = time.perf_counter()

@@ -74,7 +74,7 @@ def java_options(spark_home: str, jars: list[str]) -> str:
 def build(force: bool = False) -> str:
     """Run :mod:`jobs.warmup` with ``-XX:ArchiveClassesAtExit`` unless the archive is current.
     What it did, in one line."""
-    from sluice.ops.submit import JOBS_DIR, spark_conf, spark_home, spark_jars, spark_submit_binary, submit_env
+    from sluice.ops.submit import JOBS_DIR, LOG4J_OPTION, Submission, spark_conf, spark_home, spark_jars, submit_env
 
     home, jars = spark_home(), spark_jars()
     wanted = fingerprint(home, jars)
@@ -85,19 +85,19 @@ def build(force: bool = False) -> str:
     folder().mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="sluice-cds-") as work:
         partial = folder() / f"{ARCHIVE}.partial"
-        log4j = JOBS_DIR / "log4j2.properties"
         # Without S3A's jars in front of the class path: drivers that have them get no archive.
         conf = {k: v for k, v in spark_conf().items() if not k.endswith(".extraClassPath")} | {
-            "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j} "
-            f"-XX:ArchiveClassesAtExit={partial} {QUIET}",
+            "spark.driver.extraJavaOptions": f"{LOG4J_OPTION} -XX:ArchiveClassesAtExit={partial} {QUIET}",
             "spark.ui.enabled": "false",
         }
-        cmd = [spark_submit_binary(), "--master", "local[2]", "--jars", ",".join(jars)]
-        for key, value in sorted(conf.items()):
-            cmd += ["--conf", f"{key}={value}"]
-        cmd += [str(JOBS_DIR / "warmup.py"), work]
+        warmup = Submission(str(JOBS_DIR / "warmup.py"), [work], "sluice-warmup", conf, jars, "local[2]")
         done = subprocess.run(
-            cmd, env=os.environ | submit_env("local[2]"), capture_output=True, text=True, timeout=600, check=False
+            warmup.command(),
+            env=os.environ | submit_env(warmup.master),
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
         )
         if done.returncode != 0 or not partial.exists():
             lines = (done.stdout + done.stderr).splitlines()

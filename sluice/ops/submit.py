@@ -21,6 +21,8 @@ from sluice.records.backfill import BackfillPlan
 from sluice.sql.settings import DATABASE, Endpoint
 
 JOBS_DIR = config.PROJECT_ROOT / "jobs"
+#: The driver's JVM option for Sluice's job logging (warnings from Spark, progress from Sluice).
+LOG4J_OPTION = f"-Dlog4j2.configurationFile=file:{JOBS_DIR / 'log4j2.properties'}"
 
 #: Spark settings every Sluice job runs with.
 BASE_CONF = {
@@ -52,11 +54,10 @@ def spark_jars() -> list[str]:
 
 
 def spark_conf(extra: dict[str, str] | None = None) -> dict[str, str]:
-    log4j = JOBS_DIR / "log4j2.properties"
     python = os.environ.get("SLUICE_SPARK_PYTHON") or sys.executable
     # S3A's settings and jars when this host is set up for S3 (sluice.storage).
     s3 = storage.spark_conf()
-    java = f"-Dlog4j2.configurationFile=file:{log4j}"
+    java = LOG4J_OPTION
     if "spark.driver.extraClassPath" not in s3:
         java = f"{java} {class_data_options()}".strip()
     return (
@@ -210,7 +211,7 @@ def endpoint_submission(endpoint: Endpoint, *, master: str | None = None) -> Sub
     from sluice.sql.passwords import password_file_option
 
     args = ["--host", endpoint.host, "--port", str(endpoint.port), "--auth", endpoint.auth]
-    java = [f"-Dlog4j2.configurationFile=file:{JOBS_DIR / 'log4j2.properties'}"]
+    java = [LOG4J_OPTION]
     if endpoint.auth == "password":
         java += [
             "-Dhive.server2.authentication=CUSTOM",
