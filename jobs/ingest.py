@@ -545,6 +545,14 @@ def drive(
             fence.keeper.close()
 
 
+def lost_lease(error: Exception | None) -> str | None:
+    """Why this run ends with :data:`LEASE_LOST`, if it does: another driver runs this checkpoint
+    now, and this one wrote nothing since. Whether the loss failed a batch (``error``) or was
+    seen between batches, where it stops the query as cleanly as a stop request does, the
+    supervisor is told the same."""
+    return fence.verify() if error is not None else fence.lost()
+
+
 def stop_requested(lease: locks.Lease) -> Callable[[], bool]:
     """Has a stop of this run been asked for, on any host (``sluice stop``, action=stop)?"""
 
@@ -607,9 +615,9 @@ def _drive(
             log.exception("%s failed: %s", pipeline.name, root_cause(str(exc)))
             return 1
         error = exc
-    if error is not None and fence.verify() is not None:
-        # Another driver runs this checkpoint now: this one wrote nothing since, and says why.
-        log.error("%s", fence.lost())
+    lost = lost_lease(error)
+    if lost is not None:
+        log.error("%s", lost)
         return LEASE_LOST
     if error is not None:
         # The whole trace is in this log already, where Spark reported the query's end.

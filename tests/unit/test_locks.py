@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -107,3 +109,28 @@ def test_a_claim_is_released_when_its_holder_dies(tmp_path) -> None:
     )
     assert subprocess.run([sys.executable, "-c", code], env=os.environ).returncode == -9
     locks.check_free("p", locks.claims_for(p))
+
+
+def test_a_keeper_whose_lease_was_taken_over_stops_its_driver_and_ends_it_as_lost(tmp_path) -> None:
+    """A driver paused past its lease wakes up between batches: its keeper's next renewal is
+    refused, which stops the query as cleanly as a stop request would; the driver still ends
+    with LEASE_LOST (exit 5), so its supervisor knows another host has the stream."""
+    from jobs import fence, ingest
+    from sluice.state import Holder, store
+
+    claims = locks.claims_for(pipeline(tmp_path, "p"))
+    paused = locks.take("p", claims, ttl=1.0)
+    time.sleep(1.2)  # nobody renewed it
+    store().acquire(claims, Holder("p", "worker-2", 1, "owner-b"), ttl=30.0)
+    stop = threading.Event()
+    fence.keeper = locks.Keeper(paused, stop, every=0.05).start()
+    try:
+        assert stop.wait(5), "the keeper did not stop its driver"
+        assert ingest.lost_lease(None) == fence.lost()
+        assert "lost the lease" in (fence.lost() or "") and "worker-2" in (fence.lost() or "")
+        with pytest.raises(locks.LeaseLost):
+            fence.check()
+    finally:
+        fence.keeper.close()
+        fence.keeper = None
+    assert ingest.lost_lease(None) is None  # a driver without a keeper stopped because it was asked to
