@@ -4,8 +4,10 @@ the JVM for files."""
 
 from __future__ import annotations
 
+import os
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from py4j.protocol import Py4JJavaError
@@ -120,6 +122,10 @@ def write_text(spark: SparkSession, path: str, text: str) -> None:
     status command, a test) never sees a half-written file; on S3 an object is only visible
     once whole, so it is written in place."""
     fs, jpath = _fs(spark, path)
+    local = _local(fs, jpath)
+    if local is not None:
+        os.replace(_temporary_beside(local, text), local)
+        return
     if _on_object_store(fs):
         out = fs.create(jpath, True)
         try:
@@ -157,17 +163,48 @@ def _rename(spark: SparkSession, fs: Any, src: Any, dst: Any, *options: str) -> 
     fc.rename(fs.makeQualified(src), fs.makeQualified(dst), array)
 
 
+def _local(fs: Any, jpath: Any) -> Path | None:
+    """The path on this host's disk when ``jpath`` is on the local file system, else None.
+
+    Small files there are written by Python itself: through Hadoop, each costs forks of
+    `chmod` (its permissions, without Hadoop's native library) and `readlink` (FileContext's
+    rename), dozens a batch. The driver's Python and its JVM share the host, so the file is
+    where Hadoop would have put it; a stale checksum file beside it (``.name.crc``, written
+    when Hadoop wrote the file) is removed first, or Hadoop would refuse to read the new one."""
+    if str(fs.getScheme()) != "file":
+        return None
+    path = Path(str(fs.makeQualified(jpath).toUri().getPath()))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.with_name(f".{path.name}.crc").unlink(missing_ok=True)
+    return path
+
+
+def _temporary_beside(path: Path, text: str) -> Path:
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    return tmp
+
+
 def create_new(spark: SparkSession, path: str, text: str) -> bool:
     """Create ``path`` with ``text`` unless it exists; False if another writer created it first.
 
-    The text goes to a temporary file that is then renamed without overwriting (Hadoop's
-    FileContext, as Spark's own metadata logs do), so readers see the whole file or none of
-    it. That refusal is atomic on HDFS only (a local disk checks, then renames): callers
-    that race for a name must also serialise themselves. On S3 the object is created with
-    S3A's conditional create (``If-None-Match: *``), which S3 itself refuses atomically
-    when the object exists: a put-if-absent.
+    The text goes to a temporary file, so readers see the whole file or none of it, which
+    then takes the name only if it is free, atomically: on a local disk a hard link, on HDFS
+    FileContext's rename without overwriting (as Spark's own metadata logs do). On S3 the
+    object is created with S3A's conditional create (``If-None-Match: *``), which S3 itself
+    refuses atomically when the object exists: a put-if-absent.
     """
     fs, jpath = _fs(spark, path)
+    local = _local(fs, jpath)
+    if local is not None:
+        tmp = _temporary_beside(local, text)
+        try:
+            os.link(tmp, local)  # refused atomically when the name exists
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            tmp.unlink()
     if _on_object_store(fs):
         return _create_if_absent(fs, jpath, text)
     tmp = _write_temporary(spark, fs, jpath, text)
