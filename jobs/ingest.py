@@ -26,12 +26,14 @@ import os
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import asdict
+from typing import Any
 
 from pyspark import StorageLevel
 from pyspark.errors import StreamingQueryException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
@@ -48,7 +50,7 @@ from jobs.batches import (
     restore_query_logging,
     table_sinks,
 )
-from jobs.events import EventLog
+from jobs.events import EventLog, WriterCounts
 from jobs.lifecycle import configure_logging, stop_on_signals
 from jobs.parse import REASON, flat_rows, for_split, parse, quarantine_rows, read_kafka, rescued_paths
 from jobs.sinks import BatchSink, log_growth, table_shape
@@ -71,6 +73,12 @@ LEASE_LOST = 5
 
 #: How many of a batch's rescued paths its audit names.
 TOP_RESCUED_PATHS = 10
+#: A batch from more topic partitions than this is counted by a pass of its own (see BatchWriter._partitions).
+MAX_OBSERVED_PARTITIONS = 64
+#: How many batches' counts a writer keeps (Spark keeps the progress of the last 100).
+KEPT_COUNTS = 200
+#: How long a one-pass batch waits for its observed counts after its write (seconds).
+OBSERVED_WAIT = 30.0
 
 
 class BatchWriter:
@@ -90,11 +98,16 @@ class BatchWriter:
         backfill: BackfillPlan | None = None,
         stop: threading.Event | None = None,
         until: int | None = None,
+        counts: dict[int, WriterCounts] | None = None,
     ) -> None:
         self.spark, self.pipeline, self.backfill, self.stop = spark, pipeline, backfill, stop
         self.until = until  # set ``stop`` once this batch is written: a replay ends after it
+        # Each batch's records in, for the event log and status: Spark counts a record each
+        # time the batch is read, and a one-pass batch with records to quarantine is read twice.
+        self.counts = counts
         self._sinks: tuple[BatchSink, BatchSink] | None = None
         self._schema_recorded = False
+        self._written = False  # has this writer written a batch (the first may be one the tables have)
 
     def sinks(self) -> tuple[BatchSink, BatchSink]:
         if self._sinks is None:
@@ -104,38 +117,19 @@ class BatchWriter:
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         decline_if_stopping(self.spark, self.pipeline, self.stop, batch_id)
         started = time.monotonic()
-        out, quarantine = self.sinks()
         if not self._schema_recorded:
             record_schema(self.spark, self.pipeline)
             self._schema_recorded = True
         checked = expectations.check(batch, self.pipeline)
-        batch = for_split(checked, expectations.fail_rule_failed(self.pipeline)).persist(StorageLevel.MEMORY_AND_DISK)
-        present = 0
-        try:
-            if self.backfill is not None:
-                fmt = self.pipeline.spec.sink.format
-                tables = [(fmt, s.path) for s in (out, quarantine) if s.has_commits()]
-                if tables:
-                    kept = drop_present(self.spark, batch, tables).persist(StorageLevel.MEMORY_AND_DISK)
-                    present = batch.count() - kept.count()
-                    batch.unpersist()
-                    batch = kept
-            audit, counts = self._count(batch, batch_id)
-            audit.records_already_present = present
-            expectations.enforce(batch, self.pipeline, batch_id, counts)
-            if audit.records_out or audit.records_quarantined:
-                cp = self.pipeline.checkpoint_path.rstrip("/")
-                hadoopfs.write_text(self.spark, f"{cp}/{checkpoint.WRITING_FILE}", str(batch_id))
-            if audit.records_out:
-                good = flat_rows(batch.filter(F.col(REASON).isNull()), self.pipeline)
-                if self.pipeline.plan.explodes:
-                    good = good.persist(StorageLevel.MEMORY_AND_DISK)
-                    audit.rows_out = good.count()
-                out.write(good, batch_id)
-            if audit.records_quarantined:
-                quarantine.write(quarantine_rows(batch.filter(F.col(REASON).isNotNull()), self.pipeline), batch_id)
-        finally:
-            batch.unpersist()
+        partitions = self._partitions(batch_id)
+        if partitions is not None:
+            audit, counts = self._write_once(checked, batch_id, partitions)
+        else:
+            audit, counts = self._write_cached(checked, batch_id)
+        self._written = True
+        if self.counts is not None:
+            self.counts[batch_id] = WriterCounts(audit.records_in, 0, 0)
+            self.counts.pop(batch_id - KEPT_COUNTS, None)
         audit.seconds = round(time.monotonic() - started, 3)
         audit.written_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         hadoopfs.write_text(self.spark, f"{self.pipeline.audit_path}/{audit_file(batch_id)}", audit.to_json())
@@ -163,9 +157,97 @@ class BatchWriter:
         if self.until is not None and batch_id >= self.until and self.stop is not None:
             self.stop.set()
 
+    def _partitions(self, batch_id: int) -> list[tuple[str, int]] | None:
+        """The topic partitions this batch read (from the checkpoint's offset log), when the
+        batch is written in one pass; None when it is kept in memory for several.
+
+        A writer's first batch may be one a crash left written but not committed, which the
+        tables skip; a backfill drops the records already in a table first; and a ``fail``
+        rule must be counted before anything is written: each needs the batch twice. So do
+        batches from more partitions than :data:`MAX_OBSERVED_PARTITIONS`, whose offset spans
+        would make the audit's observed aggregates too many."""
+        if not self._written or self.backfill is not None or expectations.fail_rule_failed(self.pipeline) is not None:
+            return None
+        cp = self.pipeline.checkpoint_path.rstrip("/")
+        ends = checkpoint.parse_offsets(hadoopfs.read_text(self.spark, f"{cp}/offsets/{batch_id}"))
+        found = sorted((topic, part) for topic, parts in ends.items() for part in parts)
+        return found if len(found) <= MAX_OBSERVED_PARTITIONS else None
+
+    def _write_once(
+        self, batch: DataFrame, batch_id: int, partitions: list[tuple[str, int]]
+    ) -> tuple[BatchAudit, dict[str, expectations.RuleCount]]:
+        """Write the good records while counting the batch as it goes by (Spark's observed
+        metrics): one read of the batch, unless it has records to quarantine or rescued
+        fields to name, which read it again. Nothing is kept in memory."""
+        out, quarantine = self.sinks()
+        cp = self.pipeline.checkpoint_path.rstrip("/")
+        hadoopfs.write_text(self.spark, f"{cp}/{checkpoint.WRITING_FILE}", str(batch_id))
+        seen = Observation(f"sluice-audit-{uuid.uuid4().hex}")
+        flat = flat_rows(batch.observe(seen, *audit_columns(self.pipeline, partitions)).filter(good()), self.pipeline)
+        rows = None
+        if self.pipeline.plan.explodes:
+            rows = Observation(f"sluice-rows-{uuid.uuid4().hex}")
+            flat = flat.observe(rows, F.count(F.lit(1)).alias("rows"))
+        out.write(flat, batch_id)
+        metrics = observed(seen)
+        if metrics is None:  # the table had this batch (written by a driver that took this one's lease?)
+            fence.check()
+            log.warning("%s batch %d: the output table skipped it; counting it again", self.pipeline.name, batch_id)
+            row = batch.agg(*audit_columns(self.pipeline, partitions)).first()
+            assert row is not None  # an aggregate without grouping has one row
+            metrics = row.asDict()
+        audit = BatchAudit(self.pipeline.name, batch_id, metrics["n"], metrics["out"], metrics["n"] - metrics["out"], 0)
+        audit.rows_out = audit.records_out
+        if rows is not None:
+            counted = observed(rows)
+            audit.rows_out = counted["rows"] if counted else flat_rows(batch.filter(good()), self.pipeline).count()
+        audit.records_rescued = metrics["rescued"]
+        for i, (topic, part) in enumerate(partitions):
+            if metrics[f"first_{i}"] is not None:
+                audit.offsets.setdefault(topic, {})[str(part)] = [metrics[f"first_{i}"], metrics[f"last_{i}"]]
+        if audit.records_quarantined:
+            quarantine.write(quarantine_rows(batch.filter(~good()), self.pipeline), batch_id)
+        if audit.records_rescued:
+            audit.rescued_paths = rescued_paths(batch.filter(good()), TOP_RESCUED_PATHS)
+        counts = expectations.read_counts(self.pipeline, [metrics])
+        audit.expectations = {name: asdict(c) for name, c in counts.items()}
+        return audit, counts
+
+    def _write_cached(self, checked: DataFrame, batch_id: int) -> tuple[BatchAudit, dict[str, expectations.RuleCount]]:
+        """Count the batch, then write it, from a copy kept in memory between the passes."""
+        out, quarantine = self.sinks()
+        batch = for_split(checked, expectations.fail_rule_failed(self.pipeline)).persist(StorageLevel.MEMORY_AND_DISK)
+        present = 0
+        try:
+            if self.backfill is not None:
+                fmt = self.pipeline.spec.sink.format
+                tables = [(fmt, s.path) for s in (out, quarantine) if s.has_commits()]
+                if tables:
+                    kept = drop_present(self.spark, batch, tables).persist(StorageLevel.MEMORY_AND_DISK)
+                    present = batch.count() - kept.count()
+                    batch.unpersist()
+                    batch = kept
+            audit, counts = self._count(batch, batch_id)
+            audit.records_already_present = present
+            expectations.enforce(batch, self.pipeline, batch_id, counts)
+            if audit.records_out or audit.records_quarantined:
+                cp = self.pipeline.checkpoint_path.rstrip("/")
+                hadoopfs.write_text(self.spark, f"{cp}/{checkpoint.WRITING_FILE}", str(batch_id))
+            if audit.records_out:
+                flat = flat_rows(batch.filter(good()), self.pipeline)
+                if self.pipeline.plan.explodes:
+                    flat = flat.persist(StorageLevel.MEMORY_AND_DISK)
+                    audit.rows_out = flat.count()
+                out.write(flat, batch_id)
+            if audit.records_quarantined:
+                quarantine.write(quarantine_rows(batch.filter(~good()), self.pipeline), batch_id)
+        finally:
+            batch.unpersist()
+        return audit, counts
+
     def _count(self, batch: DataFrame, batch_id: int) -> tuple[BatchAudit, dict[str, expectations.RuleCount]]:
         rows = (
-            batch.groupBy("topic", "partition", F.col(REASON).isNull().alias("ok"))
+            batch.groupBy("topic", "partition", good().alias("ok"))
             .agg(
                 F.count(F.lit(1)).alias("n"),
                 F.min("offset").alias("first"),
@@ -187,10 +269,42 @@ class BatchWriter:
             span[0], span[1] = min(span[0], r["first"]), max(span[1], r["last"])
         audit.rows_out = audit.records_out
         if audit.records_rescued:
-            audit.rescued_paths = rescued_paths(batch.filter(F.col(REASON).isNull()), TOP_RESCUED_PATHS)
+            audit.rescued_paths = rescued_paths(batch.filter(good()), TOP_RESCUED_PATHS)
         counts = expectations.read_counts(self.pipeline, rows)
         audit.expectations = {name: asdict(c) for name, c in counts.items()}
         return audit, counts
+
+
+def good() -> Column:
+    """True for a record that goes to the output table (it has no quarantine reason)."""
+    return F.col(REASON).isNull()
+
+
+def observed(seen: Observation, timeout: float = OBSERVED_WAIT) -> dict[str, Any] | None:
+    """The metrics a write observed, or None if they did not come: Spark delivers them once
+    the write's query has run, on its listener bus, and a write the table skipped (the batch
+    is in it already) runs no query. Observation.get would wait for ever."""
+    box: dict[str, Any] = {}
+    waiter = threading.Thread(target=lambda: box.update(seen.get), name="sluice-observed", daemon=True)
+    waiter.start()
+    waiter.join(timeout)
+    return box or None
+
+
+def audit_columns(pipeline: Pipeline, partitions: list[tuple[str, int]]) -> list[Column]:
+    """The batch audit as aggregates over every record: records in, records good, good
+    records with rescued fields, each rule's counts, and each partition's first and last
+    offset (``first_<i>``/``last_<i>`` for ``partitions[i]``; NULL when it had none)."""
+    columns = [
+        F.count(F.lit(1)).alias("n"),
+        F.count_if(good()).alias("out"),
+        F.count_if(good() & (F.size(RESCUED_MAP) > 0)).alias("rescued"),
+        *expectations.count_columns(pipeline),
+    ]
+    for i, (topic, part) in enumerate(partitions):
+        offset = F.when((F.col("topic") == topic) & (F.col("partition") == part), F.col("offset"))
+        columns += [F.min(offset).alias(f"first_{i}"), F.max(offset).alias(f"last_{i}")]
+    return columns
 
 
 def _split_state(spark: SparkSession, pipeline: Pipeline) -> tuple[list[str], int | None, int | None]:
@@ -298,9 +412,10 @@ def start(
     backfill: BackfillPlan | None = None,
     stop: threading.Event | None = None,
     until: int | None = None,
+    counts: dict[int, WriterCounts] | None = None,
 ) -> StreamingQuery:
     """Start the pipeline's streaming query (or one backfill's) and return it; with ``until``,
-    it sets ``stop`` once that batch is written."""
+    it sets ``stop`` once that batch is written; ``counts`` gets each batch's records in."""
     shapes = functools.cache(lambda fmt, path: table_shape(spark, fmt, path))  # each table read once
     compatibility.check(pipeline, shapes)
     log_growth(pipeline, shapes)
@@ -321,7 +436,7 @@ def start(
         parse(raw, pipeline)
         .writeStream.queryName(pipeline.name if backfill is None else f"{pipeline.name}-backfill-{backfill.id}")
         .option("checkpointLocation", pipeline.checkpoint_path)
-        .foreachBatch(BatchWriter(spark, pipeline, backfill, stop, until))
+        .foreachBatch(BatchWriter(spark, pipeline, backfill, stop, until, counts))
         .trigger(**trigger)
         .start()
     )
@@ -408,7 +523,8 @@ def _run(
         if pipeline.derived:
             query = derive.start(spark, pipeline, events, available_now=available_now, stop=stop)
         else:
-            query = start(spark, pipeline, available_now=available_now, backfill=backfill, stop=stop)
+            counts = events.counts if backfill is None else None
+            query = start(spark, pipeline, available_now=available_now, backfill=backfill, stop=stop, counts=counts)
         if restarts == 0:
             log.info(
                 "%s: started query %s (%s sink, checkpoint %s)",
@@ -420,7 +536,7 @@ def _run(
         run_until_stopped(query, stop, reporter=reporter, events=events if backfill is None else None, spark=spark)
         if backfill is None and query.lastProgress:
             events.wait_for(int(query.lastProgress["batchId"]))
-        log.info("%s: run summary %s", pipeline.name, json.dumps(run_summary(query.recentProgress)))
+        log.info("%s: run summary %s", pipeline.name, json.dumps(run_summary(query.recentProgress, events.counts)))
         error = query.exception()
         if error is not None and pipeline.derived:
             error = derive.upstream_changed(pipeline, error) or error
@@ -456,7 +572,7 @@ def replay_planned_batch(
         batch,
     )
     done = threading.Event()
-    query = start(spark, previous, available_now=True, stop=done, until=batch)
+    query = start(spark, previous, available_now=True, stop=done, until=batch, counts=events.counts)
     run_until_stopped(query, done, reporter=reporter, events=events, spark=spark)
     restore_query_logging(spark)  # the query that follows reports its own errors in full
     error: Exception | None = query.exception()

@@ -278,3 +278,90 @@ def test_values_from_json_would_change_are_quarantined_with_the_field_or_coerced
     assert math.isnan(out[13]["reading"])
     assert out[14]["anything"] == '{"id":"d-1"}'
     assert audit_totals(pipeline) == {"records_in": len(sent), "records_out": 5, "records_quarantined": 10}
+
+
+@pytest.mark.parametrize("fmt", ["delta", "parquet"])
+def test_batches_written_in_one_pass_audit_and_write_what_cached_batches_do(
+    spark, broker, tmp_path, monkeypatch, fmt
+) -> None:
+    """After its first batch, a stream writes each batch in one pass and counts it on the way
+    (BatchWriter._write_once); a writer's first batch, a backfill and a ``fail`` rule keep
+    the batch in memory and count it first (_write_cached). Both read the same topic here, 40
+    records a batch from 3 partitions, with rejects, rescued fields, exploded arrays and
+    rules that warn and drop: every batch's audit and every table must come out the same."""
+    import random
+
+    from jobs import ingest
+
+    topic = new_topic(broker, partitions=3)
+    gen = EventGenerator(make_pipeline(tmp_path, topic), seed=31)
+    rng = random.Random(31)
+    records = []
+    for i, record in enumerate(synthetic(gen, 300, 0.15)):
+        if record.kind == "good" and record.event is not None and i % 7 == 0:
+            event = dict(record.event, firmware_channel=rng.choice(["beta", "stable"]))  # not in the schema
+            record = Record(json.dumps(event).encode(), "good", None, event)
+        records.append(record)
+    send(broker.bootstrap, topic, records)
+    fields: dict[str, Any] = {
+        "sink": {"format": fmt},
+        "source": {"max_offsets_per_trigger": 40},
+        "flatten": {"explode": ["tags"], "rename": {"tags": "tag"}},
+        "expectations": {
+            "rows": {
+                "strong": {"sql": "signal > -90", "action": "drop"},
+                "typed": {"column": "device_type", "not_null": True, "action": "warn"},
+            }
+        },
+    }
+
+    passes: list[str] = []
+    for method in ("_write_once", "_write_cached"):
+        original = getattr(ingest.BatchWriter, method)
+
+        def spy(self, *args, _original=original, _name=method):
+            passes.append(_name)
+            return _original(self, *args)
+
+        monkeypatch.setattr(ingest.BatchWriter, method, spy)
+    once = make_pipeline(tmp_path, topic, name="once", **fields)
+    run_available_now(spark, once)
+    assert passes[0] == "_write_cached" and set(passes[1:]) == {"_write_once"} and len(passes) >= 8, passes
+
+    passes.clear()
+    monkeypatch.setattr(ingest, "MAX_OBSERVED_PARTITIONS", 0)  # every batch counted first
+    cached = make_pipeline(tmp_path, topic, name="cached", **fields)
+    run_available_now(spark, cached)
+    assert set(passes) == {"_write_cached"}
+
+    def audits(pipeline: Any) -> list[dict[str, Any]]:
+        found = []
+        for f in sorted(Path(pipeline.audit_path).glob("*.json")):
+            audit = json.loads(f.read_text())
+            found.append({k: v for k, v in audit.items() if k not in ("pipeline", "seconds", "written_at")})
+        return found
+
+    assert audits(once) == audits(cached)
+    totals = audit_totals(once)
+    assert totals["records_in"] == 300 == totals["records_out"] + totals["records_quarantined"]
+    assert any(a["records_rescued"] for a in audits(once)) and totals["records_quarantined"] > 30
+    for path in ("sink_path", "quarantine_path"):
+        columns = ["_kafka_partition", "_kafka_offset"] + (["tag"] if path == "sink_path" else ["reason"])
+        rows = [read_without_spark(fmt, getattr(p, path), columns).to_pylist() for p in (once, cached)]
+        key = lambda r: tuple(str(v) for v in r.values())  # noqa: E731
+        assert sorted(rows[0], key=key) == sorted(rows[1], key=key) and rows[0]
+
+
+def test_counts_a_write_did_not_observe_are_none_not_a_wait_for_ever(spark) -> None:
+    """A one-pass batch reads its audit from the write's observed metrics; when the table
+    skipped the write (the batch was in it), none come, and the writer counts again."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    from jobs.ingest import observed
+
+    seen = Observation("skipped-write")
+    df = spark.range(3).observe(seen, F.count(F.lit(1)).alias("n"))
+    assert observed(seen, timeout=1.0) is None
+    df.collect()
+    assert observed(seen) == {"n": 3}
