@@ -52,8 +52,9 @@ def _timestamp(text: str | None) -> datetime | None:
 
 @dataclass(frozen=True)
 class WriterCounts:
-    """A derived pipeline's own count of a batch. Its query reads the source once per branch,
-    so Spark's numInputRows (and its rates) count each row once per branch."""
+    """A writer's own count of a batch. Spark's numInputRows (and its rates) count a row each
+    time the batch is read: a derived pipeline's query reads its source once per branch, and
+    an ingest batch written in one pass is read again for its quarantine."""
 
     records_in: int
     late: int
@@ -123,7 +124,7 @@ class EventLog(StreamingQueryListener):
         self.spool = run_dir(pipeline) / "events.jsonl"
         self.inflight = run_dir(pipeline) / "events.inflight"
         self.spool.parent.mkdir(parents=True, exist_ok=True)
-        #: batch id -> its counts, filled by a derived pipeline's writer.
+        #: batch id -> its counts, filled by the batch writer.
         self.counts: dict[int, WriterCounts] = {}
         self.last: dict[str, Any] | None = None
         self._lock = threading.Lock()

@@ -190,6 +190,7 @@ class BatchWriter:
             flat = flat.observe(rows, F.count(F.lit(1)).alias("rows"))
         out.write(flat, batch_id)
         metrics = observed(seen)
+        skipped = metrics is None
         if metrics is None:  # the table had this batch (written by a driver that took this one's lease?)
             fence.check()
             log.warning("%s batch %d: the output table skipped it; counting it again", self.pipeline.name, batch_id)
@@ -199,7 +200,7 @@ class BatchWriter:
         audit = BatchAudit(self.pipeline.name, batch_id, metrics["n"], metrics["out"], metrics["n"] - metrics["out"], 0)
         audit.rows_out = audit.records_out
         if rows is not None:
-            counted = observed(rows)
+            counted = None if skipped else observed(rows)  # the skipped write observed nothing either
             audit.rows_out = counted["rows"] if counted else flat_rows(batch.filter(good()), self.pipeline).count()
         audit.records_rescued = metrics["rescued"]
         for i, (topic, part) in enumerate(partitions):

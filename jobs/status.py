@@ -81,7 +81,7 @@ class StatusReporter:
     def __init__(self, spark: SparkSession, name: str) -> None:
         sc = spark.sparkContext
         self.name, self.app_id, self.ui = name, sc.applicationId, sc.uiWebUrl
-        #: batch id -> its counts, from a derived pipeline's writer (see jobs.events).
+        #: batch id -> its counts, from the batch writer (see jobs.events.WriterCounts).
         self.counts: dict[int, WriterCounts] = {}
         failures = Failures.read(name)
         #: The batch earlier runs failed on: once this run gets past it, they are forgotten.
