@@ -180,8 +180,7 @@ class BatchWriter:
         metrics): one read of the batch, unless it has records to quarantine or rescued
         fields to name, which read it again. Nothing is kept in memory."""
         out, quarantine = self.sinks()
-        cp = self.pipeline.checkpoint_path.rstrip("/")
-        hadoopfs.write_text(self.spark, f"{cp}/{checkpoint.WRITING_FILE}", str(batch_id))
+        self._begin(batch_id)
         seen = Observation(f"sluice-audit-{uuid.uuid4().hex}")
         flat = flat_rows(batch.observe(seen, *audit_columns(self.pipeline, partitions)).filter(good()), self.pipeline)
         rows = None
@@ -232,8 +231,7 @@ class BatchWriter:
             audit.records_already_present = present
             expectations.enforce(batch, self.pipeline, batch_id, counts)
             if audit.records_out or audit.records_quarantined:
-                cp = self.pipeline.checkpoint_path.rstrip("/")
-                hadoopfs.write_text(self.spark, f"{cp}/{checkpoint.WRITING_FILE}", str(batch_id))
+                self._begin(batch_id)
             if audit.records_out:
                 flat = flat_rows(batch.filter(good()), self.pipeline)
                 if self.pipeline.plan.explodes:
@@ -245,6 +243,11 @@ class BatchWriter:
         finally:
             batch.unpersist()
         return audit, counts
+
+    def _begin(self, batch_id: int) -> None:
+        """Record that this batch begins writing its tables (see :func:`check_split`)."""
+        cp = self.pipeline.checkpoint_path.rstrip("/")
+        hadoopfs.write_text(self.spark, f"{cp}/{checkpoint.WRITING_FILE}", str(batch_id))
 
     def _count(self, batch: DataFrame, batch_id: int) -> tuple[BatchAudit, dict[str, expectations.RuleCount]]:
         rows = (

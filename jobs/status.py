@@ -25,13 +25,20 @@ from sluice.records.run import Failures, Status
 log = logging.getLogger("sluice.status")
 
 
+def input_rows(progress: dict[str, Any], counts: dict[int, WriterCounts]) -> int:
+    """A batch's records in: the writer's count where it has one (Spark counts a record each
+    time the batch is read), else Spark's."""
+    mine = counts.get(int(progress.get("batchId") or 0))
+    return mine.records_in if mine is not None else int(progress.get("numInputRows") or 0)
+
+
 def _progress_summary(progress: dict[str, Any] | None, counts: dict[int, WriterCounts]) -> dict[str, Any]:
     if not progress:
         return {}
     ops = progress.get("stateOperators") or []
     mine = counts.get(int(progress.get("batchId") or 0))
     spark_rows = int(progress.get("numInputRows") or 0)
-    rows = mine.records_in if mine is not None else spark_rows
+    rows = input_rows(progress, counts)
     summary = {
         "batch_id": progress.get("batchId"),
         "timestamp": progress.get("timestamp"),
@@ -55,23 +62,16 @@ def _progress_summary(progress: dict[str, Any] | None, counts: dict[int, WriterC
 
 def run_summary(progress: list[Any], counts: dict[int, WriterCounts] | None = None) -> dict[str, Any]:
     """What a run's batches cost, from the query's recent progress (Spark keeps the last
-    100): batches with input, their rows (the writer's count where it has one: Spark counts a
-    record each time a batch is read), each one's time, and the time per phase summed
+    100): batches with input, their rows (:func:`input_rows`), each one's time, and the time per phase summed
     (``addBatch`` is the foreachBatch function; the rest is Spark's own bookkeeping)."""
-    counts = counts or {}
     ran = [p for p in progress if p.get("numInputRows")]
-
-    def rows(p: Any) -> int:
-        mine = counts.get(int(p.get("batchId") or 0))
-        return mine.records_in if mine is not None else int(p.get("numInputRows") or 0)
-
     phases: dict[str, int] = {}
     for p in ran:
         for phase, ms in (p.get("durationMs") or {}).items():
             phases[phase] = phases.get(phase, 0) + int(ms)
     return {
         "batches": len(ran),
-        "input_rows": sum(rows(p) for p in ran),
+        "input_rows": sum(input_rows(p, counts or {}) for p in ran),
         "batch_ms": [int((p.get("durationMs") or {}).get("triggerExecution", 0)) for p in ran],
         "phase_ms": phases,
     }
