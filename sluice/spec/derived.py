@@ -30,39 +30,10 @@ from pydantic import Field, model_validator
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
+from sluice.spec import sqlcheck
 from sluice.spec.model import Duration, StrictModel, duration_ms
 
 Name = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
-
-#: Functions whose result depends on more than their input rows: a batch replayed after a
-#: crash would compute a different value than the one already written, or none Spark allows.
-NON_DETERMINISTIC = {
-    "rand",
-    "randn",
-    "random",
-    "uuid",
-    "shuffle",
-    "current_timestamp",
-    "current_date",
-    "now",
-    "localtimestamp",
-    "unix_timestamp",
-    "first",
-    "first_value",
-    "last",
-    "last_value",
-    "any_value",
-    "collect_list",
-    "array_agg",
-    "monotonically_increasing_id",
-    "spark_partition_id",
-    "input_file_name",
-    "try_reflect",
-    "reflect",
-    "java_method",
-}
-#: sqlglot's own names for some of the above, when it parses them into typed nodes.
-_NON_DETERMINISTIC_NODES = (exp.Rand, exp.Randn, exp.CurrentTimestamp, exp.CurrentDate, exp.First, exp.Last)
 
 WINDOW_START, WINDOW_END = "window_start", "window_end"
 #: Beside a derived checkpoint's offsets/ and commits/: what its state was built from.
@@ -161,30 +132,16 @@ class DerivedError(ValueError):
         super().__init__(message)
 
 
-def function_names(sql: str) -> tuple[set[str], bool]:
-    """Function names in a SQL expression (lower case), and whether any is DISTINCT."""
-    tree = sqlglot.parse_one(sql, dialect="spark")
-    names = set()
-    for node in tree.find_all(exp.Func):
-        names.add((node.sql_name() if not isinstance(node, exp.Anonymous) else node.name).lower())
-        if isinstance(node, _NON_DETERMINISTIC_NODES):
-            names.add(type(node).__name__.lower())
-    distinct = any(True for _ in tree.find_all(exp.Distinct))
-    return names, distinct
-
-
 def check_aggregate(field: str, sql: str, columns: list[str]) -> None:
     """An aggregate must parse, use known columns, aggregate, and be deterministic."""
-    from sluice.spec import sqlcheck
-
     if wrong := sqlcheck.problem(sql, columns):
         raise DerivedError(field, wrong)
     try:
         tree = sqlglot.parse_one(sql, dialect="spark")
-        names, distinct = function_names(sql)
+        names, distinct = sqlcheck.function_names(sql)
     except (ParseError, TokenError) as exc:  # pragma: no cover - sqlcheck found it first
         raise DerivedError(field, f"not valid Spark SQL: {exc}") from None
-    bad = sorted(n for n in names if n in NON_DETERMINISTIC or n in {"rand", "randn", "first", "last"})
+    bad = sorted(n for n in names if n in sqlcheck.NON_DETERMINISTIC)
     if bad:
         raise DerivedError(
             field,
@@ -324,11 +281,8 @@ class Derivation:
             if name not in self.inputs:
                 raise DerivedError(field, f"no column {name!r} in the upstream table (columns: {known})")
 
-        if self.filter:
-            from sluice.spec import sqlcheck
-
-            if wrong := sqlcheck.problem(self.filter, names):
-                raise DerivedError("filter", wrong)
+        if self.filter and (wrong := sqlcheck.problem(self.filter, names)):
+            raise DerivedError("filter", wrong)
         time_field = "state.time" if self.state and self.state.time else "window.time"
         column(time_field, self.time)
         if self.inputs.get(self.time) not in (None, "timestamp"):

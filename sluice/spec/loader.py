@@ -243,6 +243,14 @@ def _check_expectations(p: Pipeline) -> None:
     for name, rule in e.rows.items():
         if rule.sql is not None and (wrong := sqlcheck.problem(rule.sql, p.plan.names)):
             raise SpecError(p.spec_path, f"expectations.rows.{name}.sql", wrong)
+        if rule.sql is not None and rule.action == "drop" and (bad := sqlcheck.nondeterministic(rule.sql)):
+            raise SpecError(
+                p.spec_path,
+                f"expectations.rows.{name}.sql",
+                f"{', '.join(bad)} is not deterministic: a drop rule decides which table a record goes to, "
+                "and a batch read again (after a crash, or to quarantine its rejects) must split the same way; "
+                "make it a warn rule, or compare with a fixed value",
+            )
     for name, column in [*e.row_columns().items(), *((n, r.unique) for n, r in e.table.items() if r.unique)]:
         where = f"expectations.{'rows' if name in e.rows else 'table'}.{name}"
         if column not in by_name:

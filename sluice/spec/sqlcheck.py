@@ -30,3 +30,53 @@ def problem(expr: str, columns: Iterable[str]) -> str | None:
     if unknown:
         return f"no column {', '.join(map(repr, unknown))} (columns: {', '.join(sorted(columns))})"
     return None
+
+
+#: Functions whose result depends on more than their input rows: a batch replayed after a
+#: crash would compute a different value than the one already written, or none Spark allows.
+NON_DETERMINISTIC = {
+    "rand",
+    "randn",
+    "random",
+    "uuid",
+    "shuffle",
+    "current_timestamp",
+    "current_date",
+    "current_time",
+    "now",
+    "localtimestamp",
+    "unix_timestamp",
+    "first",
+    "first_value",
+    "last",
+    "last_value",
+    "any_value",
+    "collect_list",
+    "array_agg",
+    "monotonically_increasing_id",
+    "spark_partition_id",
+    "input_file_name",
+    "try_reflect",
+    "reflect",
+    "java_method",
+}
+#: sqlglot's own names for some of the above, when it parses them into typed nodes.
+_NON_DETERMINISTIC_NODES = (exp.Rand, exp.Randn, exp.CurrentTimestamp, exp.CurrentDate, exp.First, exp.Last)
+
+
+def function_names(sql: str) -> tuple[set[str], bool]:
+    """Function names in a SQL expression (lower case), and whether any is DISTINCT."""
+    tree = sqlglot.parse_one(sql, dialect="spark")
+    names = set()
+    for node in tree.find_all(exp.Func):
+        names.add((node.sql_name() if not isinstance(node, exp.Anonymous) else node.name).lower())
+        if isinstance(node, _NON_DETERMINISTIC_NODES):
+            names.add(type(node).__name__.lower())
+    distinct = any(True for _ in tree.find_all(exp.Distinct))
+    return names, distinct
+
+
+def nondeterministic(expr: str) -> list[str]:
+    """The functions in a SQL expression whose result is not a function of its row (sorted)."""
+    names, _ = function_names(expr)
+    return sorted(n for n in names if n in NON_DETERMINISTIC)

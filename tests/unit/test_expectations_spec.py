@@ -128,3 +128,13 @@ def test_validation_runs_when_the_table_updates_unless_told_otherwise(tmp_path) 
     for bad, message in (({"schedule": "when new data"}, "not a cron expression"), ({"partitions": 0}, "greater than")):
         with pytest.raises(SpecError, match=f"expectations.validation.*{message}"):
             load_pipeline(with_expectations(tmp_path, rows | {"validation": bad}))
+
+
+@pytest.mark.parametrize("sql", ["rand() < 0.5", "created_at > current_timestamp() - INTERVAL 1 DAY", "uuid() > 'm'"])
+def test_a_drop_rule_must_split_a_batch_the_same_way_each_time_it_is_read(tmp_path, sql) -> None:
+    with pytest.raises(SpecError) as err:
+        load_pipeline(with_expectations(tmp_path, {"rows": {"fresh": {"sql": sql, "action": "drop"}}}))
+    assert "expectations.rows.fresh.sql" in str(err.value) and "is not deterministic" in str(err.value)
+    # Counting is all a warn rule does, so a rule of the moment may warn.
+    warn = load_pipeline(with_expectations(tmp_path, {"rows": {"fresh": {"sql": sql, "action": "warn"}}}))
+    assert warn.spec.expectations.by_action("warn") == ["fresh"]
