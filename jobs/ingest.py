@@ -81,6 +81,10 @@ KEPT_COUNTS = 200
 OBSERVED_WAIT = 30.0
 
 
+class BatchReadChanged(RuntimeError):
+    """A batch read twice did not find the same records: the batch fails uncommitted."""
+
+
 class BatchWriter:
     """The ``foreachBatch`` function: split one batch between the two tables.
 
@@ -165,8 +169,15 @@ class BatchWriter:
         tables skip; a backfill drops the records already in a table first; and a ``fail``
         rule must be counted before anything is written: each needs the batch twice. So do
         batches from more partitions than :data:`MAX_OBSERVED_PARTITIONS`, whose offset spans
-        would make the audit's observed aggregates too many."""
-        if not self._written or self.backfill is not None or expectations.fail_rule_failed(self.pipeline) is not None:
+        would make the audit's observed aggregates too many. And a source that tolerates lost
+        records (``fail_on_data_loss: false``) keeps the batch, so the quarantine's second
+        read cannot find fewer records than the first: Kafka may have deleted some between."""
+        if (
+            not self._written
+            or self.backfill is not None
+            or expectations.fail_rule_failed(self.pipeline) is not None
+            or not self.pipeline.kafka.fail_on_data_loss
+        ):
             return None
         cp = self.pipeline.checkpoint_path.rstrip("/")
         ends = checkpoint.parse_offsets(hadoopfs.read_text(self.spark, f"{cp}/offsets/{batch_id}"))
@@ -178,8 +189,9 @@ class BatchWriter:
     ) -> tuple[BatchAudit, dict[str, expectations.RuleCount]]:
         """Write the good records while counting the batch as it goes by (Spark's observed
         metrics): one read of the batch, unless it has records to quarantine or rescued
-        fields to name, which read it again. Nothing is kept in memory."""
-        out, quarantine = self.sinks()
+        fields to name, which read it again. Only the rejects are kept, while they are
+        counted and written."""
+        out, _ = self.sinks()
         self._begin(batch_id)
         seen = Observation(f"sluice-audit-{uuid.uuid4().hex}")
         flat = flat_rows(batch.observe(seen, *audit_columns(self.pipeline, partitions)).filter(good()), self.pipeline)
@@ -206,12 +218,31 @@ class BatchWriter:
             if metrics[f"first_{i}"] is not None:
                 audit.offsets.setdefault(topic, {})[str(part)] = [metrics[f"first_{i}"], metrics[f"last_{i}"]]
         if audit.records_quarantined:
-            quarantine.write(quarantine_rows(batch.filter(~good()), self.pipeline), batch_id)
+            self._quarantine_again(batch, batch_id, audit.records_quarantined)
         if audit.records_rescued:
             audit.rescued_paths = rescued_paths(batch.filter(good()), TOP_RESCUED_PATHS)
         counts = expectations.read_counts(self.pipeline, [metrics])
         audit.expectations = {name: asdict(c) for name, c in counts.items()}
         return audit, counts
+
+    def _quarantine_again(self, batch: DataFrame, batch_id: int, expected: int) -> None:
+        """Write a one-pass batch's rejects from a second read of the batch, kept while it is
+        counted: it must find the records the write counted, or the batch fails before any of
+        them is written (a compacted topic may have dropped some since), and its restart
+        writes both tables from one read."""
+        _, quarantine = self.sinks()
+        rejects = batch.filter(~good()).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            found = rejects.count()
+            if found != expected:
+                raise BatchReadChanged(
+                    f"{self.pipeline.name} batch {batch_id}: {expected} records to quarantine when the batch "
+                    f"was written, {found} when it was read again; none of them was written and the batch is "
+                    "not committed, so the restart reads it once for both tables"
+                )
+            quarantine.write(quarantine_rows(rejects, self.pipeline), batch_id)
+        finally:
+            rejects.unpersist()
 
     def _write_cached(self, checked: DataFrame, batch_id: int) -> tuple[BatchAudit, dict[str, expectations.RuleCount]]:
         """Count the batch, then write it, from a copy kept in memory between the passes."""
@@ -284,14 +315,17 @@ def good() -> Column:
     return F.col(REASON).isNull()
 
 
-def observed(seen: Observation, timeout: float = OBSERVED_WAIT) -> dict[str, Any] | None:
+def observed(seen: Observation, timeout: float | None = None) -> dict[str, Any] | None:
     """The metrics a write observed, or None if they did not come: Spark delivers them once
     the write's query has run, on its listener bus, and a write the table skipped (the batch
-    is in it already) runs no query. Observation.get would wait for ever."""
+    is in it already) runs no query. Observation.get would wait for ever, and so does the
+    waiting thread then, blocked in the JVM until the driver exits: a one-pass write is
+    skipped only when another driver wrote the batch, whose lease this one then lost, so
+    that is one thread, once, in a driver about to stop (see fence.check)."""
     box: dict[str, Any] = {}
     waiter = threading.Thread(target=lambda: box.update(seen.get), name="sluice-observed", daemon=True)
     waiter.start()
-    waiter.join(timeout)
+    waiter.join(OBSERVED_WAIT if timeout is None else timeout)
     return box or None
 
 

@@ -17,6 +17,7 @@ from jobs.ingest import start
 from jobs.sinks import read_table
 from sluice.dev.generate import EventGenerator, Record
 from sluice.dev.produce import send, synthetic
+from sluice.records.audit import file_name as audit_file
 from sluice.spec import quarantine as q
 from tests.fixtures import audit_totals, kafka_keys, make_pipeline, new_topic, read_without_spark, run_available_now
 
@@ -282,7 +283,7 @@ def test_values_from_json_would_change_are_quarantined_with_the_field_or_coerced
 
 @pytest.mark.parametrize("fmt", ["delta", "parquet"])
 def test_batches_written_in_one_pass_audit_and_write_what_cached_batches_do(
-    spark, broker, tmp_path, monkeypatch, fmt
+    spark, broker, tmp_path, monkeypatch, caplog, fmt
 ) -> None:
     """After its first batch, a stream writes each batch in one pass and counts it on the way
     (BatchWriter._write_once); a writer's first batch, a backfill and a ``fail`` rule keep
@@ -328,6 +329,29 @@ def test_batches_written_in_one_pass_audit_and_write_what_cached_batches_do(
     run_available_now(spark, once)
     assert passes[0] == "_write_cached" and set(passes[1:]) == {"_write_once"} and len(passes) >= 8, passes
 
+    # A one-pass write both tables skip: the last batch, uncommitted as a crash between its
+    # write and its commit leaves it, replayed by a writer that takes it for a later batch
+    # (as when another driver wrote it). Nothing may be written twice or counted otherwise.
+    commits = Path(once.checkpoint_path) / "commits"
+    last = max(int(p.name) for p in commits.iterdir() if p.name.isdigit())
+    for name in (str(last), f".{last}.crc"):
+        (commits / name).unlink(missing_ok=True)
+    init = ingest.BatchWriter.__init__
+
+    def taken_for_later(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self._written = True
+
+    monkeypatch.setattr(ingest.BatchWriter, "__init__", taken_for_later)
+    monkeypatch.setattr(ingest, "OBSERVED_WAIT", 2.0)
+    passes.clear()
+    run_available_now(spark, once)
+    assert passes == ["_write_once"] and (commits / str(last)).exists()
+    assert f"batch {last}: the output table skipped it" in caplog.text
+    replayed = json.loads((Path(once.audit_path) / audit_file(last)).read_text())
+    assert replayed["records_out"] and replayed["records_quarantined"], replayed  # both tables skipped it
+    monkeypatch.setattr(ingest.BatchWriter, "__init__", init)
+
     passes.clear()
     monkeypatch.setattr(ingest, "MAX_OBSERVED_PARTITIONS", 0)  # every batch counted first
     cached = make_pipeline(tmp_path, topic, name="cached", **fields)
@@ -365,3 +389,27 @@ def test_counts_a_write_did_not_observe_are_none_not_a_wait_for_ever(spark) -> N
     assert observed(seen, timeout=1.0) is None
     df.collect()
     assert observed(seen) == {"n": 3}
+
+
+def test_a_second_read_that_finds_other_rejects_fails_the_batch(spark, broker, tmp_path) -> None:
+    """The quarantine of a one-pass batch reads the batch again; if that read does not find
+    the rejects the write counted, the batch fails before writing any of them."""
+    from jobs import expectations
+    from jobs.ingest import BatchReadChanged, BatchWriter
+    from jobs.parse import parse
+
+    topic = new_topic(broker)
+    pipeline = make_pipeline(tmp_path, topic)
+    sent = list(synthetic(EventGenerator(pipeline, seed=5), 30, 0.3))
+    send(broker.bootstrap, topic, sent)
+    rejects = sum(r.kind != "good" for r in sent)
+    raw = spark.read.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap).option("subscribe", topic)
+    batch = expectations.check(parse(raw.load(), pipeline), pipeline)
+    Path(pipeline.checkpoint_path).mkdir(parents=True)  # the tables' writer id is the query's
+    (Path(pipeline.checkpoint_path) / "metadata").write_text(json.dumps({"id": "c0ffee00-0000-4000-8000-000000000001"}))
+    writer = BatchWriter(spark, pipeline)
+    with pytest.raises(BatchReadChanged, match=f"batch 0: {rejects + 1} records to quarantine .* {rejects} when"):
+        writer._quarantine_again(batch, 0, rejects + 1)
+    assert not Path(pipeline.quarantine_path).exists()  # nothing written, not even the table
+    writer._quarantine_again(batch, 1, rejects)
+    assert read_without_spark("delta", pipeline.quarantine_path, ["reason"]).num_rows == rejects > 0
