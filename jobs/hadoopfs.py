@@ -4,6 +4,7 @@ the JVM for files."""
 
 from __future__ import annotations
 
+import errno
 import os
 import uuid
 from dataclasses import dataclass
@@ -124,7 +125,12 @@ def write_text(spark: SparkSession, path: str, text: str) -> None:
     fs, jpath = _fs(spark, path)
     local = _local(fs, jpath)
     if local is not None:
-        os.replace(_temporary_beside(local, text), local)
+        tmp = _temporary_beside(local, text)
+        try:
+            os.replace(tmp, local)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         return
     if _on_object_store(fs):
         out = fs.create(jpath, True)
@@ -181,8 +187,33 @@ def _local(fs: Any, jpath: Any) -> Path | None:
 
 def _temporary_beside(path: Path, text: str) -> Path:
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    tmp.write_text(text, encoding="utf-8")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+    except BaseException:  # a full disk: leave no partial file behind
+        tmp.unlink(missing_ok=True)
+        raise
     return tmp
+
+
+#: What link(2) says on a file system without hard links (some FUSE and network mounts).
+_NO_HARD_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EXDEV, errno.EMLINK}
+
+
+def _link_new(path: Path, text: str) -> bool | None:
+    """Put ``text`` at ``path`` unless it exists, atomically, as a hard link to a temporary
+    file: True if created, False if it existed, None if this file system has no hard links."""
+    tmp = _temporary_beside(path, text)
+    try:
+        os.link(tmp, path)  # refused atomically when the name exists
+        return True
+    except FileExistsError:
+        return False
+    except OSError as exc:
+        if exc.errno in _NO_HARD_LINKS:
+            return None
+        raise
+    finally:
+        tmp.unlink()
 
 
 def create_new(spark: SparkSession, path: str, text: str) -> bool:
@@ -190,21 +221,15 @@ def create_new(spark: SparkSession, path: str, text: str) -> bool:
 
     The text goes to a temporary file, so readers see the whole file or none of it, which
     then takes the name only if it is free, atomically: on a local disk a hard link, on HDFS
-    FileContext's rename without overwriting (as Spark's own metadata logs do). On S3 the
+    FileContext's rename without overwriting (as Spark's own metadata logs do; also where
+    the local file system has no hard links). On S3 the
     object is created with S3A's conditional create (``If-None-Match: *``), which S3 itself
     refuses atomically when the object exists: a put-if-absent.
     """
     fs, jpath = _fs(spark, path)
     local = _local(fs, jpath)
-    if local is not None:
-        tmp = _temporary_beside(local, text)
-        try:
-            os.link(tmp, local)  # refused atomically when the name exists
-            return True
-        except FileExistsError:
-            return False
-        finally:
-            tmp.unlink()
+    if local is not None and (created := _link_new(local, text)) is not None:
+        return created
     if _on_object_store(fs):
         return _create_if_absent(fs, jpath, text)
     tmp = _write_temporary(spark, fs, jpath, text)
