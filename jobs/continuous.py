@@ -2,7 +2,9 @@
 
 Spark's continuous processing (``trigger(continuous=...)``) keeps one long-running task
 per Kafka partition that reads, transforms and writes each record as it arrives, and
-records offsets every ``continuous.checkpoint_interval``. Only map-like operations are
+records offsets every ``continuous.checkpoint_interval``. With ``continuous.engine:
+real_time``, Spark 4.1's Real-Time Mode does the same inside long-running micro-batches
+(one per checkpoint interval), with lower and steadier latency. Only map-like operations are
 allowed (see :mod:`sluice.spec.continuous`, checked when the spec loads). Delivery is at least
 once: after a crash, records since the last checkpoint epoch are processed again.
 
@@ -24,8 +26,9 @@ import threading
 from pyspark.errors import PySparkException, StreamingQueryException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
+from jobs import hadoopfs
 from jobs.parse import KEY, REASON, parse, read_kafka
 from jobs.status import StatusReporter
 from sluice.spec import Continuous, Pipeline, flatten
@@ -97,23 +100,66 @@ def start(spark: SparkSession, pipeline: Pipeline) -> StreamingQuery:
         if made.created:
             log.info("%s: created topic %s with %d partitions", pipeline.name, made.name, made.partitions)
     c = pipeline.spec.continuous or Continuous()
+    check_engine(spark, pipeline, c.engine)
     raw = read_kafka(spark, pipeline, source_options(pipeline.kafka.spark_options()))
     try:
-        return (
+        writer = (
             verdicts(parse(raw, pipeline), pipeline)
             .writeStream.queryName(pipeline.name)
             .format("kafka")
             .option("kafka.bootstrap.servers", pipeline.sink_bootstrap)
             .options(**SINK_OPTIONS)
             .option("checkpointLocation", pipeline.checkpoint_path)
-            .trigger(continuous=c.checkpoint_interval)
-            .start()
         )
+        if c.engine == "real_time":
+            return real_time(spark, writer.outputMode("update"), c.interval).start()
+        return writer.trigger(continuous=c.interval).start()
     except PySparkException as exc:
         explained = explain_spark_error(pipeline.name, str(exc))
         if explained:
             raise ContinuousError("plan", explained) from exc
         raise
+
+
+#: Beside a branch's checkpoint: the engine that writes it (see check_engine).
+ENGINE_FILE = "sluice_engine"
+ENGINES = {"continuous": "continuous processing", "real_time": "Real-Time Mode"}
+
+
+def check_engine(spark: SparkSession, pipeline: Pipeline, engine: str) -> None:
+    """Refuse to start ``engine`` on a checkpoint the other engine wrote, and record it on a new one.
+
+    Real-Time Mode cannot go on from a continuous-processing checkpoint: Spark 4.1 fails at
+    once with a NullPointerException (its watermark tracker is not set up), and the records
+    would wait. A checkpoint without offsets takes the engine of the run starting on it; one
+    with offsets and no record of its engine predates the choice, when every branch ran
+    continuous processing."""
+    cp = pipeline.checkpoint_path.rstrip("/")
+    names = hadoopfs.list_names(spark, cp)
+    if not ("offsets" in names and hadoopfs.has_children(spark, f"{cp}/offsets")):
+        hadoopfs.write_text(spark, f"{cp}/{ENGINE_FILE}", engine)  # nothing to go on from yet
+        return
+    recorded = hadoopfs.read_text(spark, f"{cp}/{ENGINE_FILE}").strip() if ENGINE_FILE in names else "continuous"
+    if recorded != engine:
+        raise ContinuousError(
+            "continuous.engine",
+            f"{pipeline.name}: its checkpoint {cp} was written by {ENGINES.get(recorded, recorded)}, which "
+            f"{ENGINES[engine]} cannot go on from; set continuous.engine back to {recorded}, or give the "
+            f"branch a new checkpoint (it then starts from source.starting_offsets)",
+        )
+
+
+def real_time(spark: SparkSession, writer: DataStreamWriter, interval: str) -> DataStreamWriter:
+    """``writer`` with Spark's Real-Time Mode trigger, batches of ``interval``.
+
+    PySpark 4.1 has no argument for it (``trigger(realTime=...)`` arrives in 4.2, SPARK-54660),
+    so the JVM's public ``Trigger.RealTime`` is set on PySpark's private ``_jwrite``, as 4.2's
+    own ``trigger`` does. The one private use; tests/unit/test_real_time_trigger.py fails once
+    PySpark has the argument, or no longer has ``_jwrite``."""
+    jvm = spark._jvm
+    assert jvm is not None
+    writer._jwrite = writer._jwrite.trigger(jvm.org.apache.spark.sql.streaming.Trigger.RealTime(interval))
+    return writer
 
 
 def run(

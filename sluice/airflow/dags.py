@@ -31,7 +31,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from sluice.airflow import tasks
 from sluice.airflow.forms import ACTIONS, SUPERVISE_FIRST, params, quality_params
 from sluice.records.validation import quality_home
-from sluice.spec import Pipeline, SpecError, load_all
+from sluice.spec import Continuous, Pipeline, SpecError, load_all
 
 START_DATE = datetime(2026, 1, 1)
 
@@ -49,8 +49,9 @@ def _doc(pipeline: Pipeline) -> str:
         src = pipeline.kafka
         reads = f"| Kafka topics | {', '.join(src.topics or []) or f'pattern `{src.topic_pattern}`'} |\n"
     if s.mode == "continuous":
-        interval = s.continuous.checkpoint_interval if s.continuous else "1 second"
-        output = f"| mode | continuous, checkpoint every {interval} |\n| output | `{pipeline.sink_path}` |\n"
+        c = s.continuous or Continuous()
+        engine = "Real-Time Mode" if c.engine == "real_time" else "continuous processing"
+        output = f"| mode | {engine}, checkpoint every {c.interval} |\n| output | `{pipeline.sink_path}` |\n"
         actions = "**start**, **stop** or **restart**"
     else:
         output = f"| table | {s.sink.format} `{pipeline.sink_path}` (partitioned by `{s.date_partition.column}`) |\n"

@@ -36,11 +36,11 @@ from pydantic import (
 from sluice import config
 from sluice.errors import InvalidInput
 from sluice.spec import eventtime, strict
-from sluice.spec.continuous import MICRO_BATCH_HINT, ContinuousError, check_expression
+from sluice.spec.continuous import MICRO_BATCH_HINT, REAL_TIME_MIN_MS, ContinuousError, check_expression
 from sluice.spec.derived import Deduplicate, Derivation, State, TableSource, Window
 from sluice.spec.expectations import Expectations
 from sluice.spec.flatten import METADATA_COLUMNS, FlattenPlan, plan_flatten
-from sluice.spec.model import Duration, Schedule, StrictModel
+from sluice.spec.model import Duration, Schedule, StrictModel, duration_ms
 from sluice.spec.registry import RegistrySchema
 from sluice.spec.schema import Struct
 
@@ -314,15 +314,20 @@ class Maintenance(StrictModel):
 
 
 class Continuous(StrictModel):
-    """A latency-critical branch in Spark's continuous mode: Kafka in, map-like rules, Kafka out.
+    """A latency-critical branch: Kafka in, map-like rules, Kafka out, record by record.
 
     Each good event becomes one verdict record: the chosen ``columns`` plus ``flagged``
     (true when any rule holds) and ``rules`` (the names of those that hold). Records that
     cannot be parsed go to the quarantine topic with their reason.
     """
 
-    #: How often the long-running tasks record their offsets (the at-least-once boundary).
-    checkpoint_interval: Duration = "1 second"
+    #: The Spark engine that runs it: ``continuous`` processing, or ``real_time``, Spark 4.1's
+    #: Real-Time Mode (long-running micro-batches that pass each record on as it is read;
+    #: lower and steadier latency, see benchmarks/latency.py). Both deliver at least once.
+    engine: Literal["continuous", "real_time"] = "continuous"
+    #: How often the long-running tasks record their offsets (the at-least-once boundary)
+    #: [default: 1 second for ``continuous``, 30 seconds for ``real_time``, at least 5 seconds].
+    checkpoint_interval: Duration | None = None
     #: Rule name -> SQL boolean over the flattened columns, e.g. ``amount > 2000``.
     rules: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str] = Field(default_factory=dict)
     #: Which verdicts to write: only the flagged ones, or one per event.
@@ -333,6 +338,13 @@ class Continuous(StrictModel):
     key: str | None = None
     #: Optional SQL boolean: events for which it is false are not considered at all.
     filter: str | None = None
+
+    @property
+    def interval(self) -> str:
+        """The checkpoint interval, given or the engine's default."""
+        if self.checkpoint_interval is not None:
+            return self.checkpoint_interval
+        return "30 seconds" if self.engine == "real_time" else "1 second"
 
 
 def _source_kind(value: Any) -> str:
@@ -452,6 +464,19 @@ class PipelineSpec(StrictModel):
             )
         if self.flatten.explode:
             raise ValueError(f"flatten.explode: explode turns one record into many rows; {MICRO_BATCH_HINT}")
+        if self.continuous is not None and self.continuous.engine == "real_time":
+            if duration_ms(self.continuous.interval) < REAL_TIME_MIN_MS:
+                raise ValueError(
+                    f"continuous.checkpoint_interval: Real-Time Mode records offsets at most every "
+                    f"{REAL_TIME_MIN_MS // 1000} seconds (Spark's shortest batch), not every "
+                    f"{self.continuous.interval}; latency does not depend on it"
+                )
+            src = self.source
+            if isinstance(src, Source) and src.max_offsets_per_trigger is not None:
+                raise ValueError(
+                    "source.max_offsets_per_trigger: Real-Time Mode reads each record as it arrives, with no "
+                    "batch to cap; remove it"
+                )
         if self.trigger.processing_time or self.trigger.available_now:
             raise ValueError(
                 "trigger: a continuous branch has no micro-batch trigger; set continuous.checkpoint_interval"

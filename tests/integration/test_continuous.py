@@ -3,10 +3,12 @@ record its reason, and what continuous mode cannot do is refused before or as it
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import uuid
 from decimal import Decimal
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer
@@ -61,15 +63,52 @@ def consume(bootstrap: str, topics: list[str], expected: int, timeout: float = 1
     return got
 
 
-def test_every_event_gets_its_verdict_and_every_bad_record_its_reason(spark, broker, tmp_path) -> None:
-    pipeline, topic = fraud_branch(tmp_path, broker, emit="all")
+def consume_sources(bootstrap: str, topics: list[str], expected: int, timeout: float = 120) -> set[tuple[int, int]]:
+    """The input records (partition, offset) that output records came from, until ``expected``
+    distinct ones came: at least once, a record may come out twice."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex, "auto.offset.reset": "earliest"})
+    consumer.subscribe(topics)
+    seen: set[tuple[int, int]] = set()
+    deadline = time.monotonic() + timeout
+    try:
+        while len(seen) < expected and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                source = json.loads(msg.value())["source"]
+                seen.add((source["partition"], source["offset"]))
+    finally:
+        consumer.close()
+    return seen
+
+
+@pytest.mark.parametrize("engine", ["continuous", "real_time"])
+def test_every_event_gets_its_verdict_and_every_bad_record_its_reason(spark, broker, tmp_path, engine) -> None:
+    """Half the records before a checkpoint and half after it: Real-Time Mode ends a batch
+    there (every 5 seconds here) and starts the next, and no record may fall between."""
+    interval = "5 seconds" if engine == "real_time" else "1 second"
+    pipeline, topic = fraud_branch(tmp_path, broker, emit="all", engine=engine, checkpoint_interval=interval)
+    records = list(synthetic(EventGenerator(pipeline, seed=3), 400, 0.1))
     query = continuous.start(spark, pipeline)
     try:
-        report = send(broker.bootstrap, topic, synthetic(EventGenerator(pipeline, seed=3), 400, 0.1), keep=True)
+        report = send(broker.bootstrap, topic, records[:200], keep=True)
+        time.sleep(7)
+        report.delivered += send(broker.bootstrap, topic, records[200:], keep=True).delivered
         got = consume(broker.bootstrap, [pipeline.spec.sink.topic, pipeline.quarantine_topic], 400)
-        assert query.isActive and query.lastProgress is None  # continuous mode reports no progress
+        assert query.isActive
+        if engine == "continuous":
+            assert query.lastProgress is None  # continuous processing reports no progress
+        else:
+            deadline = time.monotonic() + 60
+            while query.lastProgress is None and time.monotonic() < deadline:
+                time.sleep(0.5)
+            assert query.lastProgress is not None, "no Real-Time Mode batch ended"
     finally:
         query.stop()
+    if engine == "real_time":  # and the other way round: its checkpoint is Real-Time Mode's
+        c = pipeline.spec.continuous.model_copy(update={"engine": "continuous", "checkpoint_interval": "1 second"})
+        back = dataclasses.replace(pipeline, spec=pipeline.spec.model_copy(update={"continuous": c}))
+        with pytest.raises(ContinuousError, match="written by Real-Time Mode, which continuous processing cannot"):
+            continuous.start(spark, back)
 
     sent = {(d.partition, d.offset): d.record for d in report.delivered}
     seen = {}
@@ -126,3 +165,32 @@ def test_sparks_own_refusal_is_explained(spark, broker, tmp_path) -> None:
     message = explain_spark_error(pipeline.name, str(err.value))
     assert message is not None, str(err.value)
     assert "continuous processing does not support" in message and "mode: micro_batch" in message
+
+
+def test_an_engine_switched_on_a_checkpoint_is_refused_and_the_branch_goes_on_under_its_own(
+    spark, broker, tmp_path
+) -> None:
+    """Spark 4.1's Real-Time Mode fails on a continuous-processing checkpoint (a
+    NullPointerException, records waiting): the switch is refused with what to do, and the
+    branch, started again under its engine, goes on from its offsets losing nothing."""
+    pipeline, topic = fraud_branch(tmp_path, broker, emit="all")
+    records = list(synthetic(EventGenerator(pipeline, seed=8), 200, 0.0))
+    outputs = [pipeline.spec.sink.topic, pipeline.quarantine_topic]
+
+    def under(engine: str) -> Any:
+        fields = {"engine": engine, "checkpoint_interval": "5 seconds" if engine == "real_time" else "1 second"}
+        c = pipeline.spec.continuous.model_copy(update=fields)
+        return dataclasses.replace(pipeline, spec=pipeline.spec.model_copy(update={"continuous": c}))
+
+    for i in range(2):
+        query = continuous.start(spark, under("continuous"))
+        try:
+            send(broker.bootstrap, topic, records[i * 100 : (i + 1) * 100])
+            got = consume_sources(broker.bootstrap, outputs, 100 * (i + 1))
+            time.sleep(2)  # past a checkpoint
+        finally:
+            query.stop()
+        assert len(got) == 100 * (i + 1), f"{len(got)} of {100 * (i + 1)} records have a verdict"
+        if i == 0:
+            with pytest.raises(ContinuousError, match="was written by continuous processing, which Real-Time Mode"):
+                continuous.start(spark, under("real_time"))

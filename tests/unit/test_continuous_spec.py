@@ -146,3 +146,25 @@ def test_continuous_branches_accept_absolute_event_time_bounds_only(tmp_path) ->
         load_pipeline(variant(tmp_path, lambda s: s["event_time"].update(accept={"not_after": "2 days"})))
     dated = variant(tmp_path, lambda s: s["event_time"].update(accept={"not_after": "2100-01-01"}))
     assert load_pipeline(dated).accepted_times.describe().endswith("to 2100-01-01T00:00:00Z")
+
+
+def test_a_branch_picks_its_engine_and_real_time_mode_checkpoints_no_faster_than_spark_allows(tmp_path) -> None:
+    continuous = load_pipeline(variant(tmp_path, lambda s: s["continuous"].pop("checkpoint_interval", None)))
+    assert (continuous.spec.continuous.engine, continuous.spec.continuous.interval) == ("continuous", "1 second")
+    real_time = load_pipeline(
+        variant(tmp_path, lambda s: s["continuous"].update(engine="real_time", checkpoint_interval=None))
+    )
+    assert (real_time.spec.continuous.engine, real_time.spec.continuous.interval) == ("real_time", "30 seconds")
+
+    words = refused(tmp_path, lambda s: s["continuous"].update(engine="real_time", checkpoint_interval="1 second"))
+    assert "continuous.checkpoint_interval" in words and "at most every 5 seconds" in words
+    words = refused(
+        tmp_path,
+        lambda s: (
+            s["continuous"].update(engine="real_time", checkpoint_interval=None),
+            s["source"].update(max_offsets_per_trigger=100),
+        ),
+    )
+    assert "source.max_offsets_per_trigger" in words and "Real-Time Mode" in words
+    words = refused(tmp_path, lambda s: s["continuous"].update(engine="flink"))
+    assert "continuous.engine" in words and "'continuous' or 'real_time'" in words
