@@ -22,7 +22,7 @@ help:
 	@echo "make cluster  the production layout on this machine: PostgreSQL, Redis, 3 Kafka brokers, Spark master + 2 workers, S3Proxy, Airflow + 2 Celery workers"
 	@echo "make setup  install the Spark runtime (.venv), the Airflow side (.venv-airflow) and the JVM jars"
 	@echo "make bench  the benchmarks below (benchmarks/results/)"
-	@echo "make bench-latency       micro-batch vs continuous vs the broker alone (~12 min)"
+	@echo "make bench-latency       micro-batch vs continuous vs real-time mode vs the broker alone (~16 min)"
 	@echo "make bench-expectations  ingest throughput with vs without the in-stream row rules (~6 min)"
 	@echo "make bench-throughput    Sluice vs plain Spark vs a hand-written consumer, fixed cost, scale"
 	@echo "make bench-memory        RSS of the embedded stack: Airflow, Kafka and one stream (~6 min)"
