@@ -33,7 +33,7 @@ from jobs.parse import KEY, REASON, parse, read_kafka
 from jobs.status import StatusReporter
 from sluice.spec import Continuous, Pipeline, flatten
 from sluice.spec import quarantine as q
-from sluice.spec.continuous import ContinuousError, check_slots, explain_spark_error, source_options
+from sluice.spec.continuous import ENGINES, ContinuousError, check_slots, explain_spark_error, source_options
 from sluice.topics import create_topics, total_partitions
 
 log = logging.getLogger("sluice.continuous")
@@ -123,7 +123,6 @@ def start(spark: SparkSession, pipeline: Pipeline) -> StreamingQuery:
 
 #: Beside a branch's checkpoint: the engine that writes it (see check_engine).
 ENGINE_FILE = "sluice_engine"
-ENGINES = {"continuous": "continuous processing", "real_time": "Real-Time Mode"}
 
 
 def check_engine(spark: SparkSession, pipeline: Pipeline, engine: str) -> None:
@@ -135,10 +134,10 @@ def check_engine(spark: SparkSession, pipeline: Pipeline, engine: str) -> None:
     with offsets and no record of its engine predates the choice, when every branch ran
     continuous processing."""
     cp = pipeline.checkpoint_path.rstrip("/")
-    names = hadoopfs.list_names(spark, cp)
-    if not ("offsets" in names and hadoopfs.has_children(spark, f"{cp}/offsets")):
+    if not hadoopfs.has_children(spark, f"{cp}/offsets"):
         hadoopfs.write_text(spark, f"{cp}/{ENGINE_FILE}", engine)  # nothing to go on from yet
         return
+    names = hadoopfs.list_names(spark, cp)
     recorded = hadoopfs.read_text(spark, f"{cp}/{ENGINE_FILE}").strip() if ENGINE_FILE in names else "continuous"
     if recorded != engine:
         raise ContinuousError(

@@ -32,6 +32,7 @@ from sluice.airflow import tasks
 from sluice.airflow.forms import ACTIONS, SUPERVISE_FIRST, params, quality_params
 from sluice.records.validation import quality_home
 from sluice.spec import Continuous, Pipeline, SpecError, load_all
+from sluice.spec.continuous import ENGINES
 
 START_DATE = datetime(2026, 1, 1)
 
@@ -50,8 +51,7 @@ def _doc(pipeline: Pipeline) -> str:
         reads = f"| Kafka topics | {', '.join(src.topics or []) or f'pattern `{src.topic_pattern}`'} |\n"
     if s.mode == "continuous":
         c = s.continuous or Continuous()
-        engine = "Real-Time Mode" if c.engine == "real_time" else "continuous processing"
-        output = f"| mode | {engine}, checkpoint every {c.interval} |\n| output | `{pipeline.sink_path}` |\n"
+        output = f"| mode | {ENGINES[c.engine]}, checkpoint every {c.interval} |\n| output | `{pipeline.sink_path}` |\n"
         actions = "**start**, **stop** or **restart**"
     else:
         output = f"| table | {s.sink.format} `{pipeline.sink_path}` (partitioned by `{s.date_partition.column}`) |\n"

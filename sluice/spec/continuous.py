@@ -19,6 +19,8 @@ from sluice.errors import InvalidInput
 MICRO_BATCH_HINT = "run this part as an ordinary micro-batch pipeline (mode: micro_batch, the default)"
 #: Real-Time Mode's shortest batch (Spark's ``spark.sql.streaming.realTimeMode.minBatchDuration``).
 REAL_TIME_MIN_MS = 5000
+#: ``continuous.engine`` -> what Spark calls it, for messages and the DAG's docs.
+ENGINES = {"continuous": "continuous processing", "real_time": "Real-Time Mode"}
 
 # Functions that make an expression stateful, batch-bound or non-deterministic per record.
 _FORBIDDEN_FUNCTIONS = {
