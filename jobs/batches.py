@@ -15,7 +15,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from jobs import fence, hadoopfs
-from jobs.sinks import BatchSink, DeltaSink, ParquetSink, table_exists
+from jobs.sinks import TableSink, table_exists, table_sink
 from sluice.records import checkpoint
 from sluice.spec import Pipeline
 
@@ -142,9 +142,9 @@ def check_checkpoint(spark: SparkSession, pipeline: Pipeline) -> None:
             )
 
 
-def table_sinks(spark: SparkSession, pipeline: Pipeline) -> tuple[BatchSink, BatchSink]:
+def table_sinks(spark: SparkSession, pipeline: Pipeline) -> tuple[TableSink, TableSink]:
     """The pipeline's output table and quarantine, each written by this checkpoint's writer."""
     date_col = pipeline.spec.date_partition.column
-    sink = DeltaSink if pipeline.spec.sink.format == "delta" else ParquetSink
+    sink = table_sink(pipeline.spec.sink.format)
     writer = query_id(spark, pipeline)
     return sink(spark, pipeline.sink_path, date_col, writer), sink(spark, pipeline.quarantine_path, date_col, writer)

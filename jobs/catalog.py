@@ -26,7 +26,7 @@ def sync(spark: SparkSession, pipelines: list[Pipeline], warn: Callable[[str], N
     registered = []
     for table in catalog_tables(pipelines):
         try:
-            if not table_exists(spark, table.format, table.location):
+            if not table_exists(spark, table.format.name, table.location):
                 continue
             # The catalog records a qualified URI (file:/data/t), so the spec's path is qualified too.
             if _location(spark, table) != hadoopfs.qualify(spark, table.location) or _lacks_columns(spark, table):
@@ -34,7 +34,7 @@ def sync(spark: SparkSession, pipelines: list[Pipeline], warn: Callable[[str], N
                 spark.sql(table.create())
             registered.append(table.name)
         except Exception as exc:  # any Spark error: this table is skipped, the others go on
-            warn(f"{table.name}: cannot register the {table.format} table at {table.location}: {first_line(exc)}")
+            warn(f"{table.name}: cannot register the {table.format.name} table at {table.location}: {first_line(exc)}")
     return registered
 
 
@@ -42,7 +42,7 @@ def _lacks_columns(spark: SparkSession, table: CatalogTable) -> bool:
     """A Parquet table registered before its newest files gained a column or a nested field
     (Delta tables read their schema from their log at every query). Only fields the files
     already have count: a spec's new field is there once a batch has written it."""
-    if table.format != "parquet" or not table.columns:
+    if table.format.schema_in_log or not table.columns:
         return False
     have = field_paths(spark.table(table.qualified).schema.json())
     missing = table.columns - have

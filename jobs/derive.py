@@ -36,7 +36,7 @@ from jobs import hadoopfs
 from jobs.batches import check_checkpoint, clear_unfinished_writes, decline_if_stopping, kill_if_asked, table_sinks
 from jobs.events import EventLog, WriterCounts
 from jobs.parse import REASON, flat_rows, parse, quarantine_rows, read_kafka
-from jobs.sinks import BatchSink, table_exists
+from jobs.sinks import TableSink, table_sink
 from sluice.records import checkpoint
 from sluice.records.audit import BatchAudit
 from sluice.records.audit import file_name as audit_file
@@ -50,6 +50,7 @@ from sluice.spec.derived import (
     WINDOW_END,
     WINDOW_START,
     Derivation,
+    TableSource,
     incompatible_message,
     late_end_sql,
     late_reason_sql,
@@ -115,20 +116,16 @@ def read_upstream(spark: SparkSession, pipeline: Pipeline) -> DataFrame:
     table's log (which lists committed files only)."""
     up = pipeline.upstream
     assert up is not None
-    fmt, path = up.spec.sink.format, up.sink_path
-    if not table_exists(spark, fmt, path):
+    table, path = table_sink(up.spec.sink.format), up.sink_path
+    if not table.exists(spark, path):
         raise UpstreamMissing(
             f"{pipeline.name}: the table of {up.name} ({path}) has no data yet; start {up.name} first "
             "(supervision starts this pipeline once it has)"
         )
     source = pipeline.spec.source
-    options = {"maxFilesPerTrigger": str(source.max_files_per_trigger)} if source.max_files_per_trigger else {}  # type: ignore[union-attr]
-    if fmt == "delta":
-        if source.on_upstream_change == "skip":  # type: ignore[union-attr]
-            options["skipChangeCommits"] = "true"
-        return spark.readStream.format("delta").options(**options).load(path)
-    schema = spark.read.option("mergeSchema", "true").parquet(path).schema  # the table's own, through its log
-    return spark.readStream.schema(schema).options(**options).parquet(path)
+    assert isinstance(source, TableSource)  # it has an upstream
+    options = {"maxFilesPerTrigger": str(source.max_files_per_trigger)} if source.max_files_per_trigger else {}
+    return table.read_stream(spark, path, options, skip_changes=source.on_upstream_change == "skip")
 
 
 def operator(df: DataFrame, d: Derivation) -> DataFrame:
@@ -237,9 +234,9 @@ class DerivedWriter:
     def __init__(self, spark: SparkSession, pipeline: Pipeline, events: EventLog, stop: threading.Event | None) -> None:
         self.spark, self.pipeline, self.events, self.stop = spark, pipeline, events, stop
         self.d = pipeline.derivation
-        self._sinks: tuple[BatchSink, BatchSink] | None = None
+        self._sinks: tuple[TableSink, TableSink] | None = None
 
-    def sinks(self) -> tuple[BatchSink, BatchSink]:
+    def sinks(self) -> tuple[TableSink, TableSink]:
         if self._sinks is None:
             self._sinks = table_sinks(self.spark, self.pipeline)
         return self._sinks
@@ -306,19 +303,13 @@ class DerivedWriter:
         cols = [c for c in out.columns if c != dp.column]
         return out.select(*[F.col(f"`{c}`") for c in cols], F.expr(day).alias(dp.column))
 
-    def _write(self, sink: BatchSink, out: DataFrame, batch_id: int) -> None:
-        if self.d.output_mode == "append" or not table_exists(self.spark, "delta", sink.path):
+    def _write(self, sink: TableSink, out: DataFrame, batch_id: int) -> None:
+        if self.d.output_mode == "append" or not sink.has_commits():
             sink.write(out, batch_id)
             return
-        # update: a window's row is replaced as it changes. Merging the same rows again (a
-        # replayed batch) leaves the table as it was, so this is exactly once too.
-        from delta.tables import DeltaTable
-
-        keys = [WINDOW_START, WINDOW_END, *self.d.group_by]
-        cond = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
-        DeltaTable.forPath(self.spark, sink.path).alias("t").merge(
-            out.alias("s"), cond
-        ).whenMatchedUpdateAll().whenNotMatchedInsertAll().execute()
+        # update (formats that merge only: the spec refuses it elsewhere): a window's row is
+        # replaced as it changes.
+        sink.merge(out, [WINDOW_START, WINDOW_END, *self.d.group_by])
 
     def _quarantine(self, late: DataFrame, watermark: int) -> DataFrame:
         dp = self.pipeline.spec.date_partition

@@ -53,7 +53,7 @@ from jobs.batches import (
 from jobs.events import EventLog, WriterCounts
 from jobs.lifecycle import configure_logging, stop_on_signals
 from jobs.parse import REASON, flat_rows, for_split, parse, quarantine_rows, read_kafka, rescued_paths
-from jobs.sinks import BatchSink, log_growth, table_shape
+from jobs.sinks import TableSink, log_growth, table_shape
 from jobs.status import StatusReporter, run_summary
 from sluice.errors import first_line, root_cause
 from sluice.records import checkpoint, locks
@@ -109,11 +109,11 @@ class BatchWriter:
         # Each batch's records in, for the event log and status: Spark counts a record each
         # time the batch is read, and a one-pass batch with records to quarantine is read twice.
         self.counts = counts
-        self._sinks: tuple[BatchSink, BatchSink] | None = None
+        self._sinks: tuple[TableSink, TableSink] | None = None
         self._schema_recorded = False
         self._written = False  # has this writer written a batch (the first may be one the tables have)
 
-    def sinks(self) -> tuple[BatchSink, BatchSink]:
+    def sinks(self) -> tuple[TableSink, TableSink]:
         if self._sinks is None:
             self._sinks = table_sinks(self.spark, self.pipeline)
         return self._sinks

@@ -95,8 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     except SpecError as exc:
         log.error("invalid spec: %s", exc)
         return 2
-    if pipeline.spec.sink.format != "delta":
-        log.error("%s writes Parquet: OPTIMIZE and VACUUM are Delta operations", pipeline.name)
+    if not (pipeline.table_format and pipeline.table_format.maintained):
+        log.error("%s writes %s: it has no OPTIMIZE or VACUUM", pipeline.name, pipeline.spec.sink.format)
         return 2
     spark = SparkSession.builder.appName(f"sluice-{pipeline.name}-maintenance").getOrCreate()
     print(json.dumps({"pipeline": pipeline.name, "tables": maintain(spark, pipeline)}))

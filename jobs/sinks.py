@@ -1,4 +1,6 @@
-"""Table writers for one micro-batch, each exactly once across restarts.
+"""Each table format on the Spark side, one class per format: how a micro-batch is written
+exactly once across restarts, and how the table is found, read and read as a stream. What a
+format can do is :class:`sluice.spec.formats.TableFormat`; everything else asks these classes.
 
 Both formats are written from ``foreachBatch``, so one batch can feed the output table and
 its quarantine table, and a batch that runs again after a crash (same id, same offsets, as
@@ -14,13 +16,15 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Protocol
+from abc import ABC, abstractmethod
+from typing import ClassVar
 
 from pyspark.sql import DataFrame, SparkSession
 
 from jobs import fence, hadoopfs
 from sluice.records import locks, parquet_log
 from sluice.spec import Pipeline, compatibility
+from sluice.spec.formats import DELTA, PARQUET, TableFormat
 
 log = logging.getLogger("sluice.sinks")
 
@@ -32,12 +36,44 @@ COMMIT_RACES = ("ProtocolChangedException", "MetadataChangedException", "Concurr
 COMMIT_RACE_ATTEMPTS = 3
 
 
-class BatchSink(Protocol):
-    path: str
+class TableSink(ABC):
+    """A table one writer appends micro-batches to, and what Spark needs to read it."""
 
-    def write(self, df: DataFrame, batch_id: int) -> None: ...
+    format: ClassVar[TableFormat]
 
-    def has_commits(self) -> bool: ...
+    def __init__(self, spark: SparkSession, path: str, partition_by: str, writer: str) -> None:
+        self.spark, self.path, self.partition_by, self.writer = spark, path.rstrip("/"), partition_by, writer
+
+    @abstractmethod
+    def write(self, df: DataFrame, batch_id: int) -> None:
+        """Append the batch once: a batch this writer has committed already is skipped."""
+
+    def merge(self, df: DataFrame, keys: list[str]) -> None:
+        """Replace the rows whose ``keys`` match, insert the others (formats whose ``merges``)."""
+        raise NotImplementedError(f"{self.path}: a {self.format.name} table cannot replace rows")
+
+    def has_commits(self) -> bool:
+        return self.exists(self.spark, self.path)
+
+    @classmethod
+    @abstractmethod
+    def exists(cls, spark: SparkSession, path: str) -> bool:
+        """Has a pipeline committed to the table at ``path`` (its log has entries)?"""
+
+    @classmethod
+    @abstractmethod
+    def shape(cls, spark: SparkSession, path: str) -> compatibility.Shape | None:
+        """The table's columns and partitioning, from its log (None if it has no data yet)."""
+
+    @classmethod
+    @abstractmethod
+    def read(cls, spark: SparkSession, path: str) -> DataFrame:
+        """The table's committed rows: never a file of a batch that did not finish."""
+
+    @classmethod
+    @abstractmethod
+    def read_stream(cls, spark: SparkSession, path: str, options: dict[str, str], skip_changes: bool) -> DataFrame:
+        """The table as a streaming source; ``skip_changes`` passes over commits that rewrite rows."""
 
 
 def commit_race(exc: BaseException) -> str | None:
@@ -48,14 +84,16 @@ def commit_race(exc: BaseException) -> str | None:
     )
 
 
-class DeltaSink:
+class DeltaSink(TableSink):
     """Exactly once by Delta's idempotent writes: each commit records (txnAppId, txnVersion =
     batch id), and Delta skips a write whose version it has already committed for that app id.
     See https://docs.delta.io/latest/delta-streaming.html#idempotent-table-writes-in-foreachbatch
     """
 
+    format = DELTA
+
     def __init__(self, spark: SparkSession, path: str, partition_by: str, writer: str) -> None:
-        self.spark, self.path, self.partition_by = spark, path, partition_by
+        super().__init__(spark, path, partition_by, writer)
         self.app_id = f"sluice-{writer}"
 
     def write(self, df: DataFrame, batch_id: int) -> None:
@@ -83,8 +121,40 @@ class DeltaSink:
                     raise
                 log.warning("%s: batch %d lost a commit race (%s); writing it again", self.path, batch_id, race)
 
-    def has_commits(self) -> bool:
-        return table_exists(self.spark, "delta", self.path)
+    def merge(self, df: DataFrame, keys: list[str]) -> None:
+        """Merging the same rows again (a replayed batch) leaves the table as it was, so this
+        is exactly once too."""
+        from delta.tables import DeltaTable
+
+        fence.confirm()
+        cond = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
+        DeltaTable.forPath(self.spark, self.path).alias("t").merge(
+            df.alias("s"), cond
+        ).whenMatchedUpdateAll().whenNotMatchedInsertAll().execute()
+
+    @classmethod
+    def exists(cls, spark: SparkSession, path: str) -> bool:
+        return hadoopfs.has_children(spark, f"{path}/_delta_log")
+
+    @classmethod
+    def shape(cls, spark: SparkSession, path: str) -> compatibility.Shape | None:
+        from delta.tables import DeltaTable
+
+        if not cls.exists(spark, path):
+            return None
+        detail = DeltaTable.forPath(spark, path).detail().first()
+        schema = spark.read.format("delta").load(path).schema.json()
+        return compatibility.shape_from_spark_schema(schema, list(detail["partitionColumns"]) if detail else [])
+
+    @classmethod
+    def read(cls, spark: SparkSession, path: str) -> DataFrame:
+        return spark.read.format("delta").load(path)
+
+    @classmethod
+    def read_stream(cls, spark: SparkSession, path: str, options: dict[str, str], skip_changes: bool) -> DataFrame:
+        if skip_changes:
+            options = {**options, "skipChangeCommits": "true"}
+        return spark.readStream.format("delta").options(**options).load(path)
 
 
 STAGING = "_sluice_staging"
@@ -93,7 +163,7 @@ MAX_COMMIT_ATTEMPTS = 20
 EXPIRE_AFTER = 600
 
 
-class ParquetSink:
+class ParquetSink(TableSink):
     """Exactly once by a commit log (see :mod:`sluice.records.parquet_log`): a batch's files become
     visible in one atomic log entry, and a batch whose files the log lists is skipped.
 
@@ -104,8 +174,10 @@ class ParquetSink:
     that the next attempt finds and skips.
     """
 
+    format = PARQUET
+
     def __init__(self, spark: SparkSession, path: str, partition_by: str, writer: str) -> None:
-        self.spark, self.path, self.partition_by, self.writer = spark, path.rstrip("/"), partition_by, writer
+        super().__init__(spark, path, partition_by, writer)
         self.log_dir = f"{self.path}/{parquet_log.LOG_DIR}"
         self._last: int | None = None  # this writer's newest committed batch, once looked up
         self._seen: int | None = None  # the newest commit of the log when it was looked up
@@ -146,8 +218,33 @@ class ParquetSink:
         hadoopfs.delete(self.spark, attempt)
         self._last = batch_id
 
-    def has_commits(self) -> bool:
-        return table_exists(self.spark, "parquet", self.path)
+    @classmethod
+    def exists(cls, spark: SparkSession, path: str) -> bool:
+        # A commit, not just a folder: it may hold only a temporary file of a commit that died.
+        return parquet_log.latest(hadoopfs.list_names(spark, f"{path}/{parquet_log.LOG_DIR}")) is not None
+
+    @classmethod
+    def shape(cls, spark: SparkSession, path: str) -> compatibility.Shape | None:
+        entries = committed_files(spark, path) if cls.exists(spark, path) else []
+        if not entries:
+            return None
+        return compatibility.shape_from_spark_schema(
+            newest_file_schema(spark, entries), parquet_log.partition_columns(path, entries)
+        )
+
+    @classmethod
+    def read(cls, spark: SparkSession, path: str) -> DataFrame:
+        """Spark reads the ``_spark_metadata`` log when it is there, so files of an unfinished
+        batch are never seen. Schemas are merged: files written after the spec gained a column
+        have it, older ones read NULL."""
+        return spark.read.option("mergeSchema", "true").parquet(path)
+
+    @classmethod
+    def read_stream(cls, spark: SparkSession, path: str, options: dict[str, str], skip_changes: bool) -> DataFrame:
+        # The file source lists committed files only, and a Parquet table's commits only add
+        # files, so there are no changes to skip.
+        schema = cls.read(spark, path).schema  # the table's own, through its log
+        return spark.readStream.schema(schema).options(**options).parquet(path)
 
     def _read(self, commits: range) -> list[parquet_log.Entry]:
         return _read_log(self.spark, self.log_dir, commits)
@@ -238,24 +335,6 @@ def committed_files(spark: SparkSession, table: str) -> list[parquet_log.Entry]:
     return _read_log(spark, log_dir, parquet_log.needed(newest))
 
 
-def table_shape(spark: SparkSession, fmt: str, path: str) -> compatibility.Shape | None:
-    """The columns and partitioning of the table at ``path`` (None if it has no data yet)."""
-    if not table_exists(spark, fmt, path):
-        return None
-    if fmt == "delta":
-        from delta.tables import DeltaTable
-
-        detail = DeltaTable.forPath(spark, path).detail().first()
-        schema = spark.read.format("delta").load(path).schema.json()
-        return compatibility.shape_from_spark_schema(schema, list(detail["partitionColumns"]) if detail else [])
-    entries = committed_files(spark, path)
-    if not entries:
-        return None
-    return compatibility.shape_from_spark_schema(
-        newest_file_schema(spark, entries), parquet_log.partition_columns(path, entries)
-    )
-
-
 def newest_file_schema(spark: SparkSession, entries: list[parquet_log.Entry]) -> str:
     """The schema (Spark's JSON) of the newest file a Parquet table's log lists: its footer,
     without the partition columns."""
@@ -265,23 +344,32 @@ def newest_file_schema(spark: SparkSession, entries: list[parquet_log.Entry]) ->
 def log_growth(pipeline: Pipeline, read: compatibility.Reader) -> None:
     """Log the columns the spec adds to the output table (already checked compatible)."""
     fmt, path = pipeline.spec.sink.format, pipeline.sink_path
-    found = read(fmt, path) if fmt != "kafka" else None
+    found = read(fmt, path) if pipeline.table_format else None
     for change in compatibility.growth(compatibility.expected(pipeline)[0], found) if found else []:
         log.info("%s: the table at %s evolves: %s", pipeline.name, path, change.describe())
 
 
+SINKS: dict[str, type[TableSink]] = {s.format.name: s for s in (DeltaSink, ParquetSink)}
+
+
+def table_sink(fmt: str) -> type[TableSink]:
+    """The class that writes and reads tables of format ``fmt`` (``delta`` or ``parquet``)."""
+    try:
+        return SINKS[fmt]
+    except KeyError:
+        raise ValueError(f"{fmt} is not a table format (one of {', '.join(SINKS)})") from None
+
+
 def table_exists(spark: SparkSession, fmt: str, path: str) -> bool:
     """Has a pipeline committed to the table at ``path`` (its Delta or Parquet log has entries)?"""
-    if fmt == "delta":
-        return hadoopfs.has_children(spark, f"{path}/_delta_log")
-    # A commit, not just a folder: it may hold only a temporary file of a commit that died.
-    return parquet_log.latest(hadoopfs.list_names(spark, f"{path}/{parquet_log.LOG_DIR}")) is not None
+    return table_sink(fmt).exists(spark, path)
+
+
+def table_shape(spark: SparkSession, fmt: str, path: str) -> compatibility.Shape | None:
+    """The columns and partitioning of the table at ``path`` (None if it has no data yet)."""
+    return table_sink(fmt).shape(spark, path)
 
 
 def read_table(spark: SparkSession, fmt: str, path: str) -> DataFrame:
-    """Read a table a pipeline wrote. For Parquet, Spark reads the ``_spark_metadata``
-    log when it is there, so files of an unfinished batch are never seen. Parquet schemas are
-    merged: files written after the spec gained a column have it, older ones read NULL."""
-    if fmt == "delta":
-        return spark.read.format("delta").load(path)
-    return spark.read.option("mergeSchema", "true").parquet(path)
+    """Read a table a pipeline wrote: its committed rows only."""
+    return table_sink(fmt).read(spark, path)

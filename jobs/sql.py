@@ -22,7 +22,6 @@ from jobs.sinks import read_table, table_exists
 from sluice.errors import SluiceError, first_line
 from sluice.ops.submit import catalog_conf
 from sluice.spec import Pipeline, valid_pipelines
-from sluice.sql.catalog import TABLE_FORMATS
 from sluice.sql.client import Result, SqlError, limited
 from sluice.sql.settings import DATABASE
 
@@ -86,9 +85,9 @@ def register_tables(spark: SparkSession, pipelines: list[Pipeline], warn: Callab
     """
     views = {}
     for p in pipelines:
-        fmt = p.spec.sink.format
-        if fmt not in TABLE_FORMATS:
+        if p.table_format is None:
             continue
+        fmt = p.table_format.name
         for view, path in ((p.name, p.sink_path), (p.quarantine_table, p.quarantine_path)):
             try:
                 if table_exists(spark, fmt, path):

@@ -264,7 +264,7 @@ def build_dags() -> dict[str, DAG]:
             dags.append(invalid_spec_dag(spec_file, str(pipeline)))
             continue
         dags.append(pipeline_dag(pipeline))
-        if pipeline.spec.sink.format == "delta":
+        if pipeline.table_format and pipeline.table_format.maintained:
             dags.append(maintenance_dag(pipeline))
         if pipeline.spec.expectations.declared:
             dags.append(quality_dag(pipeline))

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sluice import storage
+from sluice.records.tables import read_shape
 from sluice.spec import Pipeline, SpecError, compatibility, load_all
 from sluice.spec.derived import (
     SESSION_END,
@@ -103,12 +104,12 @@ def _tables(p: Pipeline) -> tuple[Tables, str]:
     if p.derived and (problem := _state(p)):
         return "mismatch", problem
     schema = None if p.derived else _schema(p)
-    if not (compatibility.is_reachable(p.sink_path) and compatibility.is_reachable(p.quarantine_path)):
+    if not (storage.reachable(p.sink_path) and storage.reachable(p.quarantine_path)):
         if schema:
             return "mismatch", schema
         return "not readable", "Sluice cannot read these tables without Spark; the job compares them when it starts"
     try:
-        compatibility.check(p, compatibility.read_shape)
+        compatibility.check(p, read_shape)
     except compatibility.IncompatibleTable as exc:
         return "mismatch", "\n".join(filter(None, (str(exc), schema)))
     except Exception as exc:  # a reader's own errors (delta-rs, a damaged log): report and go on

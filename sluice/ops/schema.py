@@ -230,35 +230,14 @@ def draft(
 
 def rescued_rows(pipeline: Pipeline) -> Iterator[dict[str, Any]]:
     """The ``_rescued`` objects of a table (delta-rs or pyarrow; local or S3), without Spark."""
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    from sluice.records import parquet_log
-    from sluice.spec.compatibility import is_reachable
+    from sluice import storage
+    from sluice.records.tables import table_files
 
     path = pipeline.sink_path
-    if not is_reachable(path):
+    if not storage.reachable(path):
         raise InvalidInput(f"{pipeline.name}: Sluice cannot read the table {path} without Spark")
-    if pipeline.spec.sink.format == "delta":
-        from sluice import storage
-
-        table = storage.delta_table(path)
-        if table is None:
-            return
-        dataset = table.to_pyarrow_dataset()
-        if RESCUED not in dataset.schema.names:
-            return
-        tables = [dataset.to_table(columns=[RESCUED], filter=pc.field(RESCUED).is_valid())]
-    else:
-        files = [parquet_log.location(e.path).arrow() for e in parquet_log.committed_files(path)]
-        tables = [
-            pq.read_table(f, columns=[RESCUED], filesystem=fs).filter(pc.field(RESCUED).is_valid())
-            for fs, f in files
-            if RESCUED in pq.read_schema(f, filesystem=fs).names
-        ]
-    for table in tables:
-        for text in table.column(RESCUED).to_pylist():
-            yield json.loads(text)
+    for text in table_files(pipeline.spec.sink.format).values(path, RESCUED):
+        yield json.loads(text)
 
 
 def suggest(pipeline: Pipeline) -> Suggestion:

@@ -467,8 +467,9 @@ def status(pipeline: Pipeline, offsets: EndOffsets = broker_end_offsets, now: fl
     lag, broker_error, lag_unit, lag_source = None, None, "records", "Kafka"
     up = pipeline.upstream
     if up is not None:  # it reads a table: its lag is what that table has that it has not read
-        lag = upstream_lag(pipeline.checkpoint_path, up.spec.sink.format, up.sink_path)
-        lag_unit, lag_source = "versions" if up.spec.sink.format == "delta" else "files", f"the table of {up.name}"
+        assert up.table_format is not None  # the loader refuses a derived pipeline over a topic
+        lag = upstream_lag(pipeline.checkpoint_path, up.table_format.name, up.sink_path)
+        lag_unit, lag_source = up.table_format.lag_unit, f"the table of {up.name}"
     else:
         try:
             lag = committed.lag(offsets(pipeline))

@@ -31,6 +31,7 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
 from sluice.spec import sqlcheck
+from sluice.spec.formats import FORMATS, table_format
 from sluice.spec.model import Duration, StrictModel, duration_ms
 
 Name = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
@@ -343,11 +344,13 @@ class Derivation:
                 "cut by rows Spark drops; make the watermark at least the gap",
             )
         if self.output_mode == "update":
-            if self.sink_format != "delta":
+            fmt = table_format(self.sink_format)
+            if fmt is None or not fmt.merges:
+                merging = " or ".join(f.name for f in FORMATS.values() if f.merges)
                 raise DerivedError(
                     "output_mode",
-                    f"update rewrites a window's row as it changes; a {self.sink_format} file sink can only append "
-                    "(use sink.format: delta, or output_mode: append)",
+                    f"update rewrites a window's row as it changes; a {self.sink_format} sink can only append "
+                    f"(use sink.format: {merging}, or output_mode: append)",
                 )
             if self.window is None:
                 raise DerivedError("output_mode", "update is for windowed aggregates; deduplication and state append")

@@ -40,6 +40,7 @@ from sluice.spec.continuous import MICRO_BATCH_HINT, REAL_TIME_MIN_MS, Continuou
 from sluice.spec.derived import Deduplicate, Derivation, State, TableSource, Window
 from sluice.spec.expectations import Expectations
 from sluice.spec.flatten import METADATA_COLUMNS, FlattenPlan, plan_flatten
+from sluice.spec.formats import TableFormat, table_format
 from sluice.spec.model import Duration, Schedule, StrictModel, duration_ms
 from sluice.spec.registry import RegistrySchema
 from sluice.spec.schema import Struct
@@ -584,6 +585,11 @@ class Pipeline:
             keep=f.keep,
             reserved=(*METADATA_COLUMNS, self.spec.date_partition.column),
         )
+
+    @property
+    def table_format(self) -> TableFormat | None:
+        """What the output table can do (None when the sink is a Kafka topic)."""
+        return table_format(self.spec.sink.format)
 
     @property
     def sink_path(self) -> str:

@@ -14,9 +14,9 @@ from typing import Any
 from sluice import config
 from sluice.spec import Pipeline
 from sluice.spec.compatibility import expected
+from sluice.spec.formats import DELTA, TableFormat
 from sluice.sql.settings import DATABASE
 
-TABLE_FORMATS = ("delta", "parquet")
 #: The event log's name in the catalog (its folder is _sluice_events).
 EVENTS_TABLE = "sluice_events"
 
@@ -24,7 +24,7 @@ EVENTS_TABLE = "sluice_events"
 @dataclass(frozen=True)
 class CatalogTable:
     name: str  # unqualified: the pipeline's name, or <name>_quarantine
-    format: str
+    format: TableFormat
     location: str
     comment: str
     #: Every field the spec writes, nested ones included, as paths (see :func:`field_paths`;
@@ -39,9 +39,9 @@ class CatalogTable:
     def create(self) -> str:
         """Registers the table where it is; the schema and partitions come from its files
         (for Parquet, merged over all of them: newer files may have more columns)."""
-        merge = " OPTIONS (mergeSchema 'true')" if self.format == "parquet" else ""
+        merge = "" if self.format.schema_in_log else " OPTIONS (mergeSchema 'true')"
         return (
-            f"CREATE TABLE IF NOT EXISTS {self.qualified} USING {self.format}{merge} "
+            f"CREATE TABLE IF NOT EXISTS {self.qualified} USING {self.format.name}{merge} "
             f"LOCATION {literal(self.location)} COMMENT {literal(self.comment)}"
         )
 
@@ -54,8 +54,8 @@ def catalog_tables(pipelines: list[Pipeline]) -> list[CatalogTable]:
     """The tables of every pipeline that writes tables (a continuous branch writes Kafka)."""
     tables = []
     for p in pipelines:
-        fmt = p.spec.sink.format
-        if fmt not in TABLE_FORMATS:
+        fmt = p.table_format
+        if fmt is None:
             continue
         about = " ".join(p.spec.description.split()) or f"Events of the {p.name} pipeline."
         owner = f" Owner: {p.spec.owner}."
@@ -74,7 +74,7 @@ def catalog_tables(pipelines: list[Pipeline]) -> list[CatalogTable]:
     tables.append(
         CatalogTable(
             EVENTS_TABLE,
-            "delta",
+            DELTA,
             config.events_table(),
             "Every stream's micro-batches as its StreamingQueryListener saw them: input rows, rates, "
             "watermark, state rows and memory, late rows and where the time went.",

@@ -28,7 +28,7 @@ from sluice.ops import stream
 from sluice.ops.submit import submit_env
 from sluice.ops.target import LocalTarget
 from sluice.records.checkpoint import read_committed
-from sluice.spec.compatibility import read_shape
+from sluice.records.tables import read_shape
 from sluice.topics import end_offsets
 from tests.fixtures import (
     all_audit_totals,

@@ -16,6 +16,7 @@ from jobs.ingest import start
 from jobs.sinks import read_table, table_shape
 from sluice.dev.generate import EventGenerator
 from sluice.dev.produce import send, synthetic
+from sluice.records.tables import read_shape
 from sluice.spec import compatibility
 from tests.conftest import ROOT
 from tests.fixtures import make_pipeline, new_topic, run_available_now
@@ -50,7 +51,7 @@ def test_a_changed_type_or_partition_column_is_refused_before_anything_is_writte
     send(broker.bootstrap, topic, synthetic(gen, 60, 0.1))
     run_available_now(spark, pipeline)
     # Both readers see the shape the spec predicts: the job's (Spark) and sluice check's (delta-rs, pyarrow).
-    for read in (compatibility.read_shape, lambda f, p: table_shape(spark, f, p)):
+    for read in (read_shape, lambda f, p: table_shape(spark, f, p)):
         compatibility.check(pipeline, read)
     send(broker.bootstrap, topic, synthetic(gen, 20))
     before = log_state(pipeline)

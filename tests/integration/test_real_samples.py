@@ -15,6 +15,7 @@ import yaml
 from jobs.sinks import read_table, table_shape
 from sluice.dev.produce import read_ndjson, send
 from sluice.records import audit
+from sluice.records.tables import read_shape
 from sluice.spec import compatibility
 from tests.conftest import ROOT, require_real_data
 from tests.fixtures import audit_totals, make_pipeline, new_topic, run_available_now
@@ -43,7 +44,7 @@ def audit_rescued(pipeline) -> int:
 
 def assert_nothing_quarantined(spark, pipeline, expected_in: int) -> None:
     # The table is what the spec predicts, as Spark and as delta-rs/pyarrow read it.
-    for read in (compatibility.read_shape, lambda fmt, path: table_shape(spark, fmt, path)):
+    for read in (read_shape, lambda fmt, path: table_shape(spark, fmt, path)):
         compatibility.check(pipeline, read)
     totals = audit_totals(pipeline)
     if totals["records_quarantined"]:

@@ -111,5 +111,3 @@ def test_check_names_the_table_and_the_way_out() -> None:
     assert "Nothing was written." in message and "set a new sink.path and checkpoint" in message
     assert "sluice backfill" in message
     c.check(p, lambda fmt, path: None)  # no table yet: nothing to compare
-    assert c.is_reachable("/data/t") and c.is_reachable("file:///data/t") and c.is_reachable("s3a://b/t")
-    assert not c.is_reachable("abfss://c@a.dfs.core.windows.net/t")

@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from sluice.errors import InvalidInput
+from sluice.spec.formats import DELTA
 from sluice.sql import passwords
 from sluice.sql.catalog import CatalogTable, field_paths, literal
 from sluice.sql.client import Result, as_csv, as_json, server_message
@@ -18,7 +19,7 @@ from sluice.sql.shell import CANCEL, Shell, meta_sql, statements
 
 
 def test_registration_quotes_names_paths_and_comments() -> None:
-    t = CatalogTable("odd`name", "delta", "/data/it's here", "say \\ 'hi'")
+    t = CatalogTable("odd`name", DELTA, "/data/it's here", "say \\ 'hi'")
     assert t.create() == (
         "CREATE TABLE IF NOT EXISTS `sluice`.`odd``name` USING delta "
         "LOCATION '/data/it\\'s here' COMMENT 'say \\\\ \\'hi\\''"
