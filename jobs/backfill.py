@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 
 from jobs import hadoopfs
 from jobs.batches import last_committed
-from jobs.sinks import read_table
+from jobs.sinks import TableSink
 from sluice.records.backfill import BackfillPlan, describe, refused_all, size
 from sluice.records.checkpoint import parse_offsets
 from sluice.spec import Pipeline
@@ -96,8 +96,8 @@ def clip_to_stream(spark: SparkSession, pipeline: Pipeline, backfill: BackfillPl
 KEYS = ("_kafka_topic", "_kafka_partition", "_kafka_offset")
 
 
-def drop_present(spark: SparkSession, batch: DataFrame, tables: Sequence[tuple[str, str]]) -> DataFrame:
-    """The batch without the records already in any of ``tables`` (format, path)."""
+def drop_present(spark: SparkSession, batch: DataFrame, tables: Sequence[TableSink]) -> DataFrame:
+    """The batch without the records already in any of ``tables``."""
     spans = batch.groupBy("topic", "partition").agg(F.min("offset").alias("lo"), F.max("offset").alias("hi")).collect()
     if not spans:
         return batch
@@ -110,8 +110,8 @@ def drop_present(spark: SparkSession, batch: DataFrame, tables: Sequence[tuple[s
             for s in spans
         ],
     )
-    for fmt, path in tables:
-        present = read_table(spark, fmt, path).filter(window).select(*KEYS).distinct()
+    for table in tables:
+        present = table.read(spark, table.path).filter(window).select(*KEYS).distinct()
         batch = batch.join(
             present.withColumnsRenamed(dict(zip(KEYS, ("topic", "partition", "offset"), strict=True))),
             on=["topic", "partition", "offset"],

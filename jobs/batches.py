@@ -1,7 +1,8 @@
-"""What every ``foreachBatch`` writer of a stream shares, whichever job runs it (the ingest
-job, the derived job): the writer's name in the tables' logs, the guard against a new
-checkpoint over a table with data, declining a batch after a stop request, and the test
-hook that kills the driver between writing a batch and Spark committing it."""
+"""What every ``foreachBatch`` writer of a stream shares, whichever mode runs it (micro-batch
+ingest, derived pipelines): the batch's frame (:class:`BatchFrame`), the writer's name in the
+tables' logs, the guard against a new checkpoint over a table with data, declining a batch
+after a stop request, and the test hook that kills the driver between writing a batch and
+Spark committing it."""
 
 from __future__ import annotations
 
@@ -10,13 +11,17 @@ import logging
 import os
 import signal
 import threading
+import time
+from abc import ABC, abstractmethod
 from typing import Any
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from jobs import fence, hadoopfs
-from jobs.sinks import TableSink, table_exists, table_sink
+from jobs.sinks import TableSink, table_sink
 from sluice.records import checkpoint
+from sluice.records.audit import BatchAudit
+from sluice.records.audit import file_name as audit_file
 from sluice.spec import Pipeline
 
 log = logging.getLogger("sluice.batches")
@@ -45,6 +50,47 @@ STOP_MARKER = "sluice: stop requested"
 _QUERY_LOGGER = "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution"
 _PY4J_LOGGER = "py4j.clientserver"
 _quieted: list[Any] = []  # the levels before: log4j's and Python's
+
+
+class BatchFrame(ABC):
+    """A ``foreachBatch`` function: one batch written to the pipeline's two tables, in the
+    frame every mode shares. Once :meth:`write` is done, the batch's audit is written beside
+    the checkpoint and :meth:`written` reports it; then the test hook may kill the driver
+    before Spark commits the batch.
+
+    Once ``stop`` is set, the next batch declines to start (:class:`StopRequested`) before
+    it writes anything. Spark cannot be asked to skip a batch it has planned, and with a
+    backlog the next batch starts as soon as the last one commits, so this is how a stop
+    takes effect right after the batch in progress: the declined batch is planned in the
+    checkpoint but not committed, and is read again at the next start."""
+
+    def __init__(self, spark: SparkSession, pipeline: Pipeline, stop: threading.Event | None) -> None:
+        self.spark, self.pipeline, self.stop = spark, pipeline, stop
+        self._sinks: tuple[TableSink, TableSink] | None = None
+
+    def sinks(self) -> tuple[TableSink, TableSink]:
+        """The output table and the quarantine, looked up at the first batch that writes."""
+        if self._sinks is None:
+            self._sinks = table_sinks(self.spark, self.pipeline)
+        return self._sinks
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        decline_if_stopping(self.spark, self.pipeline, self.stop, batch_id)
+        started = time.monotonic()
+        audit = self.write(batch, batch_id)
+        audit.seconds = round(time.monotonic() - started, 3)
+        audit.written_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        hadoopfs.write_text(self.spark, f"{self.pipeline.audit_path}/{audit_file(batch_id)}", audit.to_json())
+        self.written(audit)
+        kill_if_asked(self.pipeline, batch_id)
+
+    @abstractmethod
+    def write(self, batch: DataFrame, batch_id: int) -> BatchAudit:
+        """Write the batch to the tables, each exactly once; its audit (counts, not times)."""
+
+    @abstractmethod
+    def written(self, audit: BatchAudit) -> None:
+        """Report a batch whose tables and audit are written (its log lines, its counts)."""
 
 
 def kill_if_asked(pipeline: Pipeline, batch_id: int) -> None:
@@ -132,9 +178,9 @@ def check_checkpoint(spark: SparkSession, pipeline: Pipeline) -> None:
     """
     if hadoopfs.has_children(spark, f"{pipeline.checkpoint_path}/offsets"):
         return
-    p = pipeline
+    p, table = pipeline, table_sink(pipeline.spec.sink.format)
     for path in (p.sink_path, p.quarantine_path):
-        if table_exists(spark, p.spec.sink.format, path):
+        if table.exists(spark, path):
             raise CheckpointMismatch(
                 f"{p.name}: the table {path} already has data, but the checkpoint {p.checkpoint_path} "
                 "has no progress. Restore the checkpoint that wrote the table, or write to a new sink "

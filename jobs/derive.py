@@ -1,7 +1,7 @@
 """The derived job: another pipeline's table (or Kafka) in, event-time work, a table out.
 
-Run by ``jobs/ingest.py`` when the spec reads a table or declares event-time work
-(``sluice run``, Airflow, the same spark-submit). The query is one stream with two branches
+Run by ``jobs/ingest.py`` (:class:`jobs.modes.Derived`) when the spec reads a table or declares
+event-time work (``sluice run``, Airflow, the same spark-submit). The query is one stream with two branches
 over the same micro-batch (three for Kafka: records that cannot be parsed are the third):
 
 - the **operator** branch: the spec's filter, then Spark's own stateful operators
@@ -10,7 +10,7 @@ over the same micro-batch (three for Kafka: records that cannot be parsed are th
 - the **input** branch: every row read, unchanged.
 
 ``foreachBatch`` gets both. It writes the operator's rows to the table exactly once
-(Delta's idempotent writes, as the ingest job does), and from the input rows it finds the
+(through the sink's own exactly-once write, as the ingest job does), and from the input rows it finds the
 ones Spark's operator dropped as late, by Spark's own rule and the watermark Spark used
 (:mod:`sluice.spec.derived`), and writes them to the quarantine with the reason. The audit
 reconciles: rows in = rows accepted + rows late + rows filtered.
@@ -23,7 +23,6 @@ import json
 import logging
 import re
 import threading
-import time
 from typing import Any
 
 from pyspark import StorageLevel
@@ -33,13 +32,12 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import LongType, StructField, StructType
 
 from jobs import hadoopfs
-from jobs.batches import check_checkpoint, clear_unfinished_writes, decline_if_stopping, kill_if_asked, table_sinks
+from jobs.batches import BatchFrame, check_checkpoint, clear_unfinished_writes
 from jobs.events import EventLog, WriterCounts
 from jobs.parse import REASON, flat_rows, parse, quarantine_rows, read_kafka
 from jobs.sinks import TableSink, table_sink
 from sluice.records import checkpoint
 from sluice.records.audit import BatchAudit
-from sluice.records.audit import file_name as audit_file
 from sluice.spec import Pipeline, eventtime
 from sluice.spec.columns import INGESTED_AT, KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TIMESTAMP, KAFKA_TOPIC
 from sluice.spec.derived import (
@@ -228,22 +226,15 @@ def late_watermark(spark: SparkSession, pipeline: Pipeline, batch_id: int) -> in
     return checkpoint.batch_watermark_ms(hadoopfs.read_text(spark, path))
 
 
-class DerivedWriter:
+class DerivedWriter(BatchFrame):
     """The ``foreachBatch`` function of a derived pipeline (see the module's doc)."""
 
     def __init__(self, spark: SparkSession, pipeline: Pipeline, events: EventLog, stop: threading.Event | None) -> None:
-        self.spark, self.pipeline, self.events, self.stop = spark, pipeline, events, stop
+        super().__init__(spark, pipeline, stop)
+        self.events = events
         self.d = pipeline.derivation
-        self._sinks: tuple[TableSink, TableSink] | None = None
 
-    def sinks(self) -> tuple[TableSink, TableSink]:
-        if self._sinks is None:
-            self._sinks = table_sinks(self.spark, self.pipeline)
-        return self._sinks
-
-    def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        decline_if_stopping(self.spark, self.pipeline, self.stop, batch_id)
-        started = time.monotonic()
+    def write(self, batch: DataFrame, batch_id: int) -> BatchAudit:
         out_sink, quarantine = self.sinks()
         watermark = late_watermark(self.spark, self.pipeline, batch_id)
         batch = batch.persist(StorageLevel.MEMORY_AND_DISK)
@@ -271,22 +262,22 @@ class DerivedWriter:
             batch.unpersist()
         audit = BatchAudit(self.pipeline.name, batch_id, n + bad, n - filtered - late, bad, rows_out)
         audit.records_late, audit.records_filtered, audit.watermark_ms = late, filtered, watermark
-        audit.seconds = round(time.monotonic() - started, 3)
-        audit.written_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        hadoopfs.write_text(self.spark, f"{self.pipeline.audit_path}/{audit_file(batch_id)}", audit.to_json())
-        self.events.counts[batch_id] = WriterCounts(n + bad, late, filtered)
+        return audit
+
+    def written(self, audit: BatchAudit) -> None:
+        a = audit
+        self.events.counts[a.batch_id] = WriterCounts(a.records_in, a.records_late, a.records_filtered)
         log.info(
             "%s batch %d: %d rows in -> %d accepted, %d late, %d filtered; %d rows out in %.2fs",
             self.pipeline.name,
-            batch_id,
-            n,
-            audit.records_out,
-            late,
-            filtered,
-            rows_out,
-            audit.seconds,
+            a.batch_id,
+            a.records_in - a.records_quarantined,  # records that could not be parsed are no rows
+            a.records_out,
+            a.records_late,
+            a.records_filtered,
+            a.rows_out,
+            a.seconds,
         )
-        kill_if_asked(self.pipeline, batch_id)
 
     def _flag(self, inputs: DataFrame, watermark: int) -> DataFrame:
         d = self.d

@@ -149,7 +149,8 @@ def maintenance_dag(pipeline: Pipeline) -> DAG:
     s, spec_path = pipeline.spec, str(pipeline.spec_path)
     with DAG(
         dag_id=f"sluice_{pipeline.name}_maintenance",
-        description=f"OPTIMIZE the last {s.maintenance.optimize_days} days and VACUUM the {pipeline.name} Delta tables",
+        description=f"OPTIMIZE the last {s.maintenance.optimize_days} days and VACUUM the {pipeline.name} "
+        f"{s.sink.format} tables",
         doc_md=(
             f"### {pipeline.name} maintenance\n\nCompacts the small files streaming leaves in the last "
             f"{s.maintenance.optimize_days} date partitions of `{pipeline.sink_path}` and its quarantine table "
@@ -161,7 +162,7 @@ def maintenance_dag(pipeline: Pipeline) -> DAG:
         catchup=False,
         max_active_runs=1,
         default_args={"owner": s.owner, "retries": 1, "retry_delay": timedelta(minutes=5)},
-        tags=sorted({"sluice", "maintenance", "delta", *s.tags}),
+        tags=sorted({"sluice", "maintenance", s.sink.format, *s.tags}),
     ) as dag:
 
         @task(task_id="optimize_and_vacuum")

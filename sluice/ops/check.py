@@ -99,7 +99,7 @@ def _schema(p: Pipeline) -> str | None:
 
 
 def _tables(p: Pipeline) -> tuple[Tables, str]:
-    if p.spec.sink.format == "kafka":
+    if p.table_format is None:
         return "kafka", f"writes {p.sink_path}"
     if p.derived and (problem := _state(p)):
         return "mismatch", problem

@@ -242,7 +242,7 @@ def rescued_rows(pipeline: Pipeline) -> Iterator[dict[str, Any]]:
 
 def suggest(pipeline: Pipeline) -> Suggestion:
     """Draft the next schema version from what the pipeline's table rescued."""
-    if pipeline.upstream is not None or pipeline.spec.sink.format == "kafka":
+    if pipeline.upstream is not None or pipeline.table_format is None:
         raise InvalidInput(f"{pipeline.name} parses no Kafka records into a table: nothing is rescued there")
     schema, records, mismatched, unplaced = draft(pipeline.schema, rescued_rows(pipeline))
     target = next_version(pipeline.schema_file)

@@ -36,8 +36,9 @@ from sluice.ops.submit import ingest_submission
 from sluice.ops.target import ENDED, SparkTarget
 from sluice.records import audit as audits
 from sluice.records import locks
-from sluice.records.checkpoint import Committed, read_committed, upstream_lag
+from sluice.records.checkpoint import Committed, read_committed
 from sluice.records.run import Desired, Driver, Failures, Status
+from sluice.records.tables import upstream_lag
 from sluice.spec import Pipeline, duration_seconds
 from sluice.spec.model import normalize_duration
 from sluice.state import Claim, Claimed, Holder, hostname, live, store
@@ -500,7 +501,7 @@ def status(pipeline: Pipeline, offsets: EndOffsets = broker_end_offsets, now: fl
         backoff=duration_seconds(s.backoff),
         name=pipeline.name,
     )
-    rescued = audits.rescued(pipeline) if pipeline.spec.sink.format != "kafka" else None
+    rescued = audits.rescued(pipeline) if pipeline.table_format else None
     return StreamStatus(pipeline.name, obs, committed, verdict, driver, st, broker_error, rescued, held)
 
 

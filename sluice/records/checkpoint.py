@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from sluice import storage
 from sluice.records import parquet_log
 from sluice.storage import Location
 
@@ -101,8 +100,8 @@ def _last_commit(root: Location) -> int | None:
     return last_batch([p.name for p in (root / "commits").children()])
 
 
-def _committed_offset(root: Location) -> dict[str, object] | None:
-    """The table source's offset at the end of the last committed batch (the third line of its ``offsets/<n>``)."""
+def committed_offset(root: Location) -> dict[str, object] | None:
+    """A table source's offset at the end of the last committed batch (the third line of its ``offsets/<n>``)."""
     last = _last_commit(root)
     if last is None:
         return None
@@ -110,49 +109,11 @@ def _committed_offset(root: Location) -> dict[str, object] | None:
     return json.loads(lines[0]) if lines and lines[0].startswith("{") else None
 
 
-def _changes_data(commit: Location) -> bool:
-    """Does a Delta commit add or remove data? (OPTIMIZE's and metadata commits do not, and
-    the Delta source skips them without a batch.) A commit no longer there counts as data."""
-    try:
-        text = commit.read_text()
-    except FileNotFoundError:
-        return True
-    for line in text.splitlines():
-        action = json.loads(line)
-        for kind in ("add", "remove", "cdc"):
-            if kind in action and action[kind].get("dataChange", True):
-                return True
-    return False
-
-
-def upstream_lag(checkpoint: str, fmt: str, table: str) -> int | None:
-    """How far a derived pipeline's checkpoint is behind the table it reads: Delta versions
-    that change data and that no committed batch has read, or for a Parquet table, files its
-    log lists that the file source has not seen yet. None when Sluice cannot read either.
-
-    The Delta source's offset (``reservoirVersion``, ``index``) points into the version it
-    reads next; ``index`` -1 means none of that version's files is read yet.
-    """
-    if not (storage.reachable(checkpoint) and storage.reachable(table)):
-        return None
-    root, upstream = Location(checkpoint), Location(table)
-    if fmt == "delta":
-        log = upstream / "_delta_log"
-        stems = [c.name.removesuffix(".json") for c in log.children() if c.name.endswith(".json")]
-        newest = max((int(s) for s in stems if s.isdigit()), default=None)
-        if newest is None:
-            return 0
-        offset = _committed_offset(root)
-        if offset is None:
-            first = 0
-        else:
-            version, index = int(offset["reservoirVersion"]), int(offset.get("index", -1))  # type: ignore[call-overload]
-            first = version if index == -1 else version + 1
-        return sum(1 for v in range(first, newest + 1) if _changes_data(log / f"{v:020d}.json"))
+def files_seen(root: Location) -> set[str]:
+    """The files a file source (over a Parquet table's log) has listed, by place (:func:`parquet_log.place`)."""
     seen: set[str] = set()
-    sources = root / "sources" / "0"
-    for entry in sources.children():
+    for entry in (root / "sources" / "0").children():
         for line in entry.read_text().splitlines()[1:]:
             if line.startswith("{"):
                 seen.add(parquet_log.place(json.loads(line)["path"]))
-    return sum(1 for e in parquet_log.committed_files(upstream) if parquet_log.place(e.path) not in seen)
+    return seen

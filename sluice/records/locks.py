@@ -48,7 +48,7 @@ def claims_for(pipeline: Pipeline, backfill_id: str | None = None) -> list[Claim
     (which runs on a checkpoint of its own). A continuous branch writes topics, not tables."""
     role: Role = "stream" if backfill_id is None else "backfill"
     checkpoint = pipeline.checkpoint_path if backfill_id is None else pipeline.backfill_checkpoint_path(backfill_id)
-    tables = [] if pipeline.spec.sink.format == "kafka" else [pipeline.sink_path, pipeline.quarantine_path]
+    tables = [pipeline.sink_path, pipeline.quarantine_path] if pipeline.table_format else []
     claims = [Claim(checkpoint, "checkpoint"), *(Claim(t, role) for t in tables)]
     if backfill_id is None:  # its status and supervision records are the name's
         claims.append(Claim(pipeline.name, "name"))

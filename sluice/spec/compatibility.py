@@ -24,9 +24,6 @@ from sluice.spec import evolution, flatten
 from sluice.spec.pipeline import Pipeline
 from sluice.spec.schema import SchemaError, parse_json_schema
 
-#: Spark keeps the writer's schema in every Parquet file's footer under this key.
-SPARK_SCHEMA_KEY = b"org.apache.spark.sql.parquet.row.metadata"
-
 
 @dataclass(frozen=True)
 class Shape:

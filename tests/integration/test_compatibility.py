@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.ingest import start
+from jobs.micro_batch import start
 from jobs.sinks import read_table, table_shape
 from sluice.dev.generate import EventGenerator
 from sluice.dev.produce import send, synthetic

@@ -21,10 +21,10 @@ import yaml
 from deltalake import DeltaTable
 
 from jobs.derive import UpstreamChanged, rebuild
-from jobs.ingest import run
+from jobs.modes import run
 from sluice.dev.generate import Record
 from sluice.dev.produce import send
-from sluice.records.checkpoint import upstream_lag
+from sluice.records.tables import upstream_lag
 from sluice.spec import load_pipeline
 from tests import eventtime_model as model
 from tests.derived_tables import (

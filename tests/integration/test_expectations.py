@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from jobs.ingest import run
+from jobs.modes import run
 from jobs.sinks import read_table
 from jobs.status import StatusReporter
 from sluice.dev.generate import EventGenerator, Record

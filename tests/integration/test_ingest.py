@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from jobs.batches import CheckpointMismatch
-from jobs.ingest import start
+from jobs.micro_batch import start
 from jobs.sinks import read_table
 from sluice.dev.generate import EventGenerator, Record
 from sluice.dev.produce import send, synthetic
@@ -292,7 +292,7 @@ def test_batches_written_in_one_pass_audit_and_write_what_cached_batches_do(
     rules that warn and drop: every batch's audit and every table must come out the same."""
     import random
 
-    from jobs import ingest
+    from jobs import micro_batch
 
     topic = new_topic(broker, partitions=3)
     gen = EventGenerator(make_pipeline(tmp_path, topic), seed=31)
@@ -318,13 +318,13 @@ def test_batches_written_in_one_pass_audit_and_write_what_cached_batches_do(
 
     passes: list[str] = []
     for method in ("_write_once", "_write_cached"):
-        original = getattr(ingest.BatchWriter, method)
+        original = getattr(micro_batch.BatchWriter, method)
 
         def spy(self, *args, _original=original, _name=method):
             passes.append(_name)
             return _original(self, *args)
 
-        monkeypatch.setattr(ingest.BatchWriter, method, spy)
+        monkeypatch.setattr(micro_batch.BatchWriter, method, spy)
     once = make_pipeline(tmp_path, topic, name="once", **fields)
     run_available_now(spark, once)
     assert passes[0] == "_write_cached" and set(passes[1:]) == {"_write_once"} and len(passes) >= 8, passes
@@ -336,24 +336,24 @@ def test_batches_written_in_one_pass_audit_and_write_what_cached_batches_do(
     last = max(int(p.name) for p in commits.iterdir() if p.name.isdigit())
     for name in (str(last), f".{last}.crc"):
         (commits / name).unlink(missing_ok=True)
-    init = ingest.BatchWriter.__init__
+    init = micro_batch.BatchWriter.__init__
 
     def taken_for_later(self, *args, **kwargs):
         init(self, *args, **kwargs)
         self._written = True
 
-    monkeypatch.setattr(ingest.BatchWriter, "__init__", taken_for_later)
-    monkeypatch.setattr(ingest, "OBSERVED_WAIT", 2.0)
+    monkeypatch.setattr(micro_batch.BatchWriter, "__init__", taken_for_later)
+    monkeypatch.setattr(micro_batch, "OBSERVED_WAIT", 2.0)
     passes.clear()
     run_available_now(spark, once)
     assert passes == ["_write_once"] and (commits / str(last)).exists()
     assert f"batch {last}: the output table skipped it" in caplog.text
     replayed = json.loads((Path(once.audit_path) / audit_file(last)).read_text())
     assert replayed["records_out"] and replayed["records_quarantined"], replayed  # both tables skipped it
-    monkeypatch.setattr(ingest.BatchWriter, "__init__", init)
+    monkeypatch.setattr(micro_batch.BatchWriter, "__init__", init)
 
     passes.clear()
-    monkeypatch.setattr(ingest, "MAX_OBSERVED_PARTITIONS", 0)  # every batch counted first
+    monkeypatch.setattr(micro_batch, "MAX_OBSERVED_PARTITIONS", 0)  # every batch counted first
     cached = make_pipeline(tmp_path, topic, name="cached", **fields)
     run_available_now(spark, cached)
     assert set(passes) == {"_write_cached"}
@@ -382,7 +382,7 @@ def test_counts_a_write_did_not_observe_are_none_not_a_wait_for_ever(spark) -> N
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
-    from jobs.ingest import observed
+    from jobs.micro_batch import observed
 
     seen = Observation("skipped-write")
     df = spark.range(3).observe(seen, F.count(F.lit(1)).alias("n"))
@@ -395,7 +395,7 @@ def test_a_second_read_that_finds_other_rejects_fails_the_batch(spark, broker, t
     """The quarantine of a one-pass batch reads the batch again; if that read does not find
     the rejects the write counted, the batch fails before writing any of them."""
     from jobs import expectations
-    from jobs.ingest import BatchReadChanged, BatchWriter
+    from jobs.micro_batch import BatchReadChanged, BatchWriter
     from jobs.parse import parse
 
     topic = new_topic(broker)

@@ -3,7 +3,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from sluice.records.checkpoint import pending_batch, split_changes, upstream_lag
+from sluice.records.checkpoint import pending_batch, split_changes
+from sluice.records.tables import upstream_lag
 from sluice.spec import load_pipeline
 from sluice.spec.loader import recorded, restore
 from tests.unit.test_spec import GOOD, write

@@ -1,0 +1,42 @@
+"""Each run mode is one class (jobs.modes): which one a spec gets, and what each refuses
+before anything starts. The modes' runs themselves are tested on a real broker and Spark in
+tests/integration (test_ingest.py, test_derived.py, test_continuous.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from jobs.backfill import BackfillRefused
+from jobs.modes import Continuous, Derived, MicroBatch, mode_of
+from sluice.records.backfill import BackfillPlan
+from sluice.spec import load_pipeline
+from sluice.spec.continuous import ContinuousError
+
+PLAN = BackfillPlan(id="bf-1", ranges={"t": {0: (0, 10)}})
+
+
+@pytest.mark.parametrize(
+    ("spec", "mode", "rebuilds"),
+    [
+        ("device_signals", MicroBatch, False),
+        ("github_pushes", Derived, True),  # reads the github_events table
+        ("payments_fraud", Continuous, False),
+    ],
+)
+def test_each_shipped_spec_runs_in_its_mode(spec: str, mode: type, rebuilds: bool) -> None:
+    chosen = mode_of(load_pipeline(spec))
+    assert type(chosen) is mode and chosen.rebuilds is rebuilds
+
+
+def test_a_mode_refuses_what_it_cannot_run() -> None:
+    MicroBatch(load_pipeline("device_signals")).refuse(PLAN, True, "10 seconds")  # a backfill is its own run
+    derived = Derived(load_pipeline("github_pushes"))
+    with pytest.raises(BackfillRefused, match="github_pushes keeps event-time state"):
+        derived.refuse(PLAN, False, None)
+    derived.refuse(None, True, "1 minute")
+    branch = Continuous(load_pipeline("payments_fraud"))
+    for asked in [(PLAN, False, None), (None, True, None), (None, False, "1 second")]:
+        with pytest.raises(ContinuousError, match="is a continuous branch: no backfill or micro-batch trigger"):
+            branch.refuse(*asked)
+    branch.refuse(None, False, None)
+    assert ContinuousError in branch.refusals and ContinuousError not in derived.refusals
