@@ -380,7 +380,9 @@ def main() -> int:
     parser.add_argument("--max-offsets", type=int, default=200_000, help="records per batch (maxOffsetsPerTrigger)")
     parser.add_argument("--python-append", type=int, default=100_000, help="rows per write_deltalake append")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--small-batches", type=int, default=8, help="batches of 10 records for the fixed cost")
+    parser.add_argument(
+        "--small-batches", type=int, default=8, help="batches of 10 records for the fixed cost (0: not measured)"
+    )
     parser.add_argument("--scale", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset")
     parser.add_argument(
@@ -423,7 +425,8 @@ def main() -> int:
         main_topic = f"bench-{args.partitions}p"
         took = fill(broker.bootstrap, main_topic, args.partitions, args.events)
         console.print(f"filled {main_topic}: {args.events:,} events in {took:.1f}s")
-        fill(broker.bootstrap, "bench-small", args.partitions, SMALL * args.small_batches)
+        if args.small_batches > 0:
+            fill(broker.bootstrap, "bench-small", args.partitions, SMALL * args.small_batches)
         for n in range(args.rounds):
             order = variants[n % len(variants) :] + variants[: n % len(variants)]
             for variant in order:
@@ -444,7 +447,7 @@ def main() -> int:
                     f"{r['rows_per_s_process']:,} whole process, peak RSS {r['peak_rss_mib']:,} MiB, "
                     f"batches {r['batch_ms']} ms"
                 )
-        for variant in [v for v in variants if v != "spark noop"]:
+        for variant in [v for v in variants if v != "spark noop" and args.small_batches > 0]:
             # Batches of 10: per partition, Spark rounds the limit down; ask for 10 in all.
             r = run_variant(variant, work, broker.bootstrap, "bench-small", SMALL, "local[2]", next(runs))
             warm = r["batch_ms"][1:] or r["batch_ms"]
