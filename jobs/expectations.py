@@ -21,6 +21,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from jobs.parse import REASON
+from sluice.records.audit import BatchAudit
 from sluice.spec import Pipeline
 from sluice.spec import quarantine as q
 from sluice.spec.columns import CHECKED
@@ -123,6 +124,9 @@ def enforce(batch: DataFrame, pipeline: Pipeline, batch_id: int, counts: dict[st
         )
 
 
-def summary(counts: dict[str, RuleCount]) -> str:
+def summary(audit: BatchAudit) -> str:
+    """The batch's rule counts, as its audit records them, in one line."""
     verbs = {"warn": "warned", "drop": "dropped", "fail": "failed"}
-    return "; ".join(f"{name} {verbs[c.action]} {c.failed} of {c.checked}" for name, c in counts.items())
+    return "; ".join(
+        f"{name} {verbs[c['action']]} {c['failed']} of {c['checked']}" for name, c in audit.expectations.items()
+    )

@@ -80,7 +80,6 @@ class BatchWriter(BatchFrame):
         self.counts = counts
         self._schema_recorded = False
         self._written = False  # has this writer written a batch (the first may be one the tables have)
-        self._rules: dict[str, expectations.RuleCount] = {}  # the last batch's, for its log line
 
     def write(self, batch: DataFrame, batch_id: int) -> BatchAudit:
         if not self._schema_recorded:
@@ -89,9 +88,9 @@ class BatchWriter(BatchFrame):
         checked = expectations.check(batch, self.pipeline)
         partitions = self._partitions(batch_id)
         if partitions is not None:
-            audit, self._rules = self._write_once(checked, batch_id, partitions)
+            audit = self._write_once(checked, batch_id, partitions)
         else:
-            audit, self._rules = self._write_cached(checked, batch_id)
+            audit = self._write_cached(checked, batch_id)
         self._written = True
         return audit
 
@@ -118,8 +117,8 @@ class BatchWriter(BatchFrame):
             audit.records_quarantined,
             audit.seconds,
         )
-        if self._rules:
-            log.info("%s batch %d expectations: %s", self.pipeline.name, batch_id, expectations.summary(self._rules))
+        if audit.expectations:
+            log.info("%s batch %d expectations: %s", self.pipeline.name, batch_id, expectations.summary(audit))
         if self.until is not None and batch_id >= self.until and self.stop is not None:
             self.stop.set()
 
@@ -146,9 +145,7 @@ class BatchWriter(BatchFrame):
         found = sorted((topic, part) for topic, parts in ends.items() for part in parts)
         return found if len(found) <= MAX_OBSERVED_PARTITIONS else None
 
-    def _write_once(
-        self, batch: DataFrame, batch_id: int, partitions: list[tuple[str, int]]
-    ) -> tuple[BatchAudit, dict[str, expectations.RuleCount]]:
+    def _write_once(self, batch: DataFrame, batch_id: int, partitions: list[tuple[str, int]]) -> BatchAudit:
         """Write the good records while counting the batch as it goes by (Spark's observed
         metrics): one read of the batch, unless it has records to quarantine or rescued
         fields to name, which read it again. Only the rejects are kept, while they are
@@ -185,7 +182,7 @@ class BatchWriter(BatchFrame):
             audit.rescued_paths = rescued_paths(batch.filter(good()), TOP_RESCUED_PATHS)
         counts = expectations.read_counts(self.pipeline, [metrics])
         audit.expectations = {name: asdict(c) for name, c in counts.items()}
-        return audit, counts
+        return audit
 
     def _quarantine_again(self, batch: DataFrame, batch_id: int, expected: int) -> None:
         """Write a one-pass batch's rejects from a second read of the batch, kept while it is
@@ -206,7 +203,7 @@ class BatchWriter(BatchFrame):
         finally:
             rejects.unpersist()
 
-    def _write_cached(self, checked: DataFrame, batch_id: int) -> tuple[BatchAudit, dict[str, expectations.RuleCount]]:
+    def _write_cached(self, checked: DataFrame, batch_id: int) -> BatchAudit:
         """Count the batch, then write it, from a copy kept in memory between the passes."""
         out, quarantine = self.sinks()
         batch = for_split(checked, expectations.fail_rule_failed(self.pipeline)).persist(StorageLevel.MEMORY_AND_DISK)
@@ -234,7 +231,7 @@ class BatchWriter(BatchFrame):
                 quarantine.write(quarantine_rows(batch.filter(~good()), self.pipeline), batch_id)
         finally:
             batch.unpersist()
-        return audit, counts
+        return audit
 
     def _begin(self, batch_id: int) -> None:
         """Record that this batch begins writing its tables (see :func:`check_split`)."""
