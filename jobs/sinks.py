@@ -24,7 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 from jobs import fence, hadoopfs
 from sluice.records import locks, parquet_log
 from sluice.spec import Pipeline, compatibility
-from sluice.spec.formats import DELTA, PARQUET, TableFormat
+from sluice.spec.formats import DELTA, PARQUET, TableFormat, for_format
 
 log = logging.getLogger("sluice.sinks")
 
@@ -225,7 +225,7 @@ class ParquetSink(TableSink):
 
     @classmethod
     def shape(cls, spark: SparkSession, path: str) -> compatibility.Shape | None:
-        entries = committed_files(spark, path) if cls.exists(spark, path) else []
+        entries = committed_files(spark, path)  # none when the log has no commit yet
         if not entries:
             return None
         return compatibility.shape_from_spark_schema(
@@ -354,10 +354,7 @@ SINKS: dict[str, type[TableSink]] = {s.format.name: s for s in (DeltaSink, Parqu
 
 def table_sink(fmt: str) -> type[TableSink]:
     """The class that writes and reads tables of format ``fmt`` (``delta`` or ``parquet``)."""
-    try:
-        return SINKS[fmt]
-    except KeyError:
-        raise ValueError(f"{fmt} is not a table format (one of {', '.join(SINKS)})") from None
+    return for_format(SINKS, fmt)
 
 
 def table_exists(spark: SparkSession, fmt: str, path: str) -> bool:

@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 from sluice import storage
 from sluice.records import checkpoint, parquet_log
 from sluice.spec.compatibility import Shape, shape_from_spark_schema
-from sluice.spec.formats import DELTA, PARQUET, TableFormat
+from sluice.spec.formats import DELTA, PARQUET, TableFormat, for_format
 from sluice.storage import Location
 
 #: Spark keeps the writer's schema in every Parquet file's footer under this key.
@@ -145,10 +145,7 @@ READERS: dict[str, type[TableFiles]] = {r.format.name: r for r in (DeltaFiles, P
 
 def table_files(fmt: str) -> type[TableFiles]:
     """The reader of tables of format ``fmt`` (``delta`` or ``parquet``)."""
-    try:
-        return READERS[fmt]
-    except KeyError:
-        raise ValueError(f"{fmt} is not a table format (one of {', '.join(READERS)})") from None
+    return for_format(READERS, fmt)
 
 
 def upstream_lag(checkpoint_path: str, fmt: str, table: str) -> int | None:

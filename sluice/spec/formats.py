@@ -16,7 +16,11 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -42,3 +46,12 @@ FORMATS = {f.name: f for f in (DELTA, PARQUET)}
 def table_format(sink_format: str) -> TableFormat | None:
     """The table format of a sink (None for a Kafka sink, which writes a topic)."""
     return FORMATS.get(sink_format)
+
+
+def for_format(registry: Mapping[str, T], fmt: str) -> T:
+    """A side's class for tables of format ``fmt`` (:data:`jobs.sinks.SINKS`,
+    :data:`sluice.records.tables.READERS`); ValueError for a sink that is not a table."""
+    try:
+        return registry[fmt]
+    except KeyError:
+        raise ValueError(f"{fmt} is not a table format (one of {', '.join(registry)})") from None
