@@ -1,7 +1,8 @@
 """Airflow DAGs built from the pipeline specs: imported by ``dags/sluice_pipelines.py`` only.
 
-Per spec ``sluice_<name>``: scheduled, it supervises the stream (start it if it never ran,
-restart it from its checkpoint if it died, fail when it is stalled or lagging); triggered
+Per spec ``sluice_<name>``: scheduled, it supervises the stream (restart it from its checkpoint
+if it died, fail when it is stalled or lagging; start it only if the spec says ``autostart``,
+and leave it to a run someone triggered meanwhile); triggered
 from the UI, a parameter form offers start, stop, restart, supervise and backfill. The
 stream itself is launched detached (see :mod:`sluice.ops.stream`), so no worker slot is
 held while it runs. The last task publishes the table's Asset when new batches landed.
@@ -29,7 +30,7 @@ from airflow.sdk import DAG, Asset, AssetOrTimeSchedule, CronTriggerTimetable, P
 from airflow.sdk.exceptions import AirflowFailException
 
 from sluice.airflow import tasks
-from sluice.airflow.forms import ACTIONS, SUPERVISE_FIRST, params, quality_params
+from sluice.airflow.forms import ACTIONS, params, quality_params, scheduled_runs
 from sluice.records.validation import quality_home
 from sluice.spec import Continuous, Pipeline, SpecError, load_all
 from sluice.spec.continuous import ENGINES
@@ -62,7 +63,7 @@ def _doc(pipeline: Pipeline) -> str:
         f"| quarantine | `{pipeline.quarantine_path}` |\n| checkpoint | `{pipeline.checkpoint_path}` |\n"
         f"| supervision | every `{s.supervision.schedule}`; stalled after {s.supervision.max_stall}; "
         f"max lag {s.supervision.max_lag or 'unbounded'} |\n\n"
-        f"Trigger with a config to {actions}; scheduled runs **supervise**. {SUPERVISE_FIRST}"
+        f"Trigger with a config to {actions}. {scheduled_runs(pipeline)}"
     )
 
 

@@ -13,12 +13,15 @@ from sluice.spec.model import DURATION_UNITS
 ACTIONS = ["supervise", "start", "stop", "restart", "backfill"]
 #: The spec's duration grammar (sluice.spec.model), as the form's JSON Schema pattern.
 DURATION_PATTERN = rf"^\s*\d+(\.\d+)?\s*({DURATION_UNITS})\s*$"
-#: Scheduled runs and a plain trigger supervise; said on every form and DAG page, because
-#: unpausing a DAG lets its next scheduled run start the stream.
-SUPERVISE_FIRST = (
-    "Unpausing the DAG lets its next scheduled run (supervise) start the stream if it never ran "
-    "here, so a 'start' right after unpausing may find it running already and is then skipped."
-)
+
+
+def scheduled_runs(pipeline: Pipeline) -> str:
+    """What a scheduled run does, said on every form and DAG page: unpausing a DAG queues one."""
+    if pipeline.spec.supervision.autostart:
+        what = "start the stream if it never ran, restart it if it died"
+    else:
+        what = "restart a stream someone started if it died, and start none (unpausing starts nothing)"
+    return f"Scheduled runs supervise: they {what}; a run triggered meanwhile goes first."
 
 
 def optional(kind: str, **schema: Any) -> Param:
@@ -35,7 +38,7 @@ def params(pipeline: Pipeline) -> dict[str, Param]:
                 enum=[a for a in ACTIONS if a != "backfill"],
                 title="Action",
                 description="supervise: start/restart if needed, fail if stalled. stop: stop the continuous query "
-                "(at least once: records since the last epoch are read again on start).",
+                "(at least once: records since the last epoch are read again on start). " + scheduled_runs(pipeline),
             )
         }
     form = _micro_batch_form(pipeline)
@@ -46,7 +49,7 @@ def params(pipeline: Pipeline) -> dict[str, Param]:
             enum=[a for a in ACTIONS if a != "backfill"],
             title="Action",
             description="supervise: start/restart if needed, fail if stalled. stop: after the current batch commits. "
-            + SUPERVISE_FIRST,
+            + scheduled_runs(pipeline),
         )
     return form
 
@@ -61,7 +64,7 @@ def _micro_batch_form(pipeline: Pipeline) -> dict[str, Param]:
             description="supervise: start/restart if needed, fail if stalled. stop: after the current batch commits. "
             "backfill: re-read a range the stream has already committed into the same tables (records they "
             "hold are skipped; later offsets are the stream's own and are refused), so no record lands twice; "
-            "give offsets or times below, and a range that holds no record skips the run. " + SUPERVISE_FIRST,
+            "give offsets or times below, and a range that holds no record skips the run. " + scheduled_runs(pipeline),
         ),
         "trigger": Param(
             "spec",

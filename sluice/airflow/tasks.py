@@ -56,6 +56,22 @@ def _log_started(started: Started, master: str) -> None:
     log_driver_lines(started.log_tail())
 
 
+def _run_type() -> str:
+    run_type = get_current_context()["dag_run"].run_type
+    return str(getattr(run_type, "value", run_type))
+
+
+def _asked_by_a_person() -> bool:
+    """A run triggered from the form or the REST API, not by the schedule or an asset."""
+    return _run_type() == "manual"
+
+
+def _runs_waiting() -> int:
+    """Runs of this DAG queued behind this one (one runs at a time): someone's action waits there."""
+    ctx = get_current_context()
+    return int(ctx["ti"].get_dr_count(dag_id=ctx["dag"].dag_id, states=["queued"]))
+
+
 def control(spec_path: str, action: str) -> None:
     """supervise, start, stop or restart, as the form (or the schedule: supervise) asks."""
     from sluice.airflow.forms import launch_options
@@ -75,7 +91,18 @@ def control(spec_path: str, action: str) -> None:
             log.info("%s", restarted.stopped or f"{pipeline.name} was not running")
             _log_started(restarted.started, target.master)
         else:
-            done = stream.supervise(pipeline, target, by=by, **launch_options(pipeline, params))
+            asked = _asked_by_a_person()
+            waiting = 0 if asked else _runs_waiting()
+            if waiting:
+                log.info(
+                    "%s: %d run(s) triggered meanwhile wait behind this %s one; supervision leaves the stream to them",
+                    pipeline.name,
+                    waiting,
+                    _run_type(),
+                )
+                return
+            start_new = asked or pipeline.spec.supervision.autostart
+            done = stream.supervise(pipeline, target, by=by, start_new=start_new, **launch_options(pipeline, params))
             log.info("%s: %s", pipeline.name, done.status.verdict.reason)
             if done.started:
                 _log_started(done.started, target.master)

@@ -65,11 +65,17 @@ def assess(
     max_failures: int = 3,
     backoff: float = 0.0,
     name: str = "<pipeline>",
+    start_new: bool = True,
 ) -> Verdict:
-    """Decide what supervision does."""
+    """Decide what supervision does. Without ``start_new`` (a scheduled supervision, unless
+    the spec says ``autostart``) it keeps up a stream someone started, and starts none."""
     if not obs.alive and obs.desired == "running" and obs.state == "failed" and obs.failures:
         return _after_failure(obs, max_failures, backoff, name)
     if not obs.alive:
+        if obs.desired is None and not start_new:
+            return Verdict(
+                "none", f"not started yet, so not supervised: start it (action=start, or `sluice start {name}`)"
+            )
         if obs.desired is None:
             return Verdict("start", "no run of this pipeline is recorded; starting it")
         if obs.desired == "stopped":

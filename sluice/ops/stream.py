@@ -457,8 +457,10 @@ class StreamStatus:
 FINAL = ("finished", "stopped", "failed")
 
 
-def status(pipeline: Pipeline, offsets: EndOffsets = broker_end_offsets, now: float | None = None) -> StreamStatus:
-    """Observe the stream (without changing anything) and judge it."""
+def status(
+    pipeline: Pipeline, offsets: EndOffsets = broker_end_offsets, now: float | None = None, *, start_new: bool = True
+) -> StreamStatus:
+    """Observe the stream (without changing anything) and judge it (``start_new``: see :func:`assess`)."""
     now = time.time() if now is None else now
     driver, st = Driver.read(pipeline.name), Status.read(pipeline.name)
     held = running(pipeline)
@@ -500,6 +502,7 @@ def status(pipeline: Pipeline, offsets: EndOffsets = broker_end_offsets, now: fl
         max_failures=s.max_failures,
         backoff=duration_seconds(s.backoff),
         name=pipeline.name,
+        start_new=start_new,
     )
     rescued = audits.rescued(pipeline) if pipeline.table_format else None
     return StreamStatus(pipeline.name, obs, committed, verdict, driver, st, broker_error, rescued, held)
@@ -529,10 +532,12 @@ def supervise(
     available_now: bool = False,
     processing_time: str | None = None,
     offsets: EndOffsets = broker_end_offsets,
+    start_new: bool = True,
 ) -> Supervised:
-    """One idempotent supervision pass: start or restart if needed, raise if unhealthy or failed."""
+    """One idempotent supervision pass: start or restart if needed, raise if unhealthy or failed.
+    Without ``start_new`` a stream nobody started yet is left alone (see :func:`assess`)."""
     free_if_app_ended(pipeline, target)
-    st = status(pipeline, offsets)
+    st = status(pipeline, offsets, start_new=start_new)
     if st.verdict.action in ("unhealthy", "failed"):
         raise StreamUnhealthy(f"{pipeline.name}: {st.verdict.reason}")
     if st.verdict.action in ("start", "restart"):

@@ -294,6 +294,10 @@ class Supervision(StrictModel):
 
     #: Cron expression or preset for the supervision run; null for manual runs only.
     schedule: Schedule | None = "*/5 * * * *"
+    #: Whether a scheduled supervision also starts a stream that nobody started yet. By default
+    #: it only keeps up a stream someone started (``action=start``, ``sluice start``), so
+    #: unpausing a DAG starts nothing; true suits deployments that unpause DAGs from code.
+    autostart: bool = False
     #: The stream is stalled when it is behind the broker and has committed no batch for this long.
     max_stall: Duration = "10 minutes"
     #: Fail when more records than this wait in Kafka (end offsets minus committed offsets).

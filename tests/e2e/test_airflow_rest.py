@@ -18,6 +18,7 @@ from jobs.sinks import read_table
 from sluice.dev.generate import EventGenerator
 from sluice.dev.ports import free_port
 from sluice.dev.produce import send, synthetic
+from sluice.records.run import Driver
 from tests.fixtures import make_pipeline, new_topic
 
 pytestmark = pytest.mark.e2e
@@ -56,7 +57,8 @@ class Api:
 
 def test_trigger_through_the_rest_api(airflow, broker, spark, tmp_path) -> None:
     topic = new_topic(broker, partitions=2)
-    pipeline = make_pipeline(airflow.pipelines, topic, name="restapi", supervision={"schedule": None})
+    # The default schedule: unpausing queues a scheduled supervision, as in the UI.
+    pipeline = make_pipeline(airflow.pipelines, topic, name="restapi")
     send(broker.bootstrap, topic, synthetic(EventGenerator(pipeline, seed=5), 100))
 
     port = free_port()
@@ -89,8 +91,6 @@ def test_trigger_through_the_rest_api(airflow, broker, spark, tmp_path) -> None:
 
         dag = "/api/v2/dags/sluice_restapi"
         api.wait("the DAG to be parsed", lambda: api.call("GET", dag)[0] == 200, 240, log)
-        status, body = api.call("PATCH", dag, {"is_paused": False})
-        assert status == 200 and body["is_paused"] is False, body
 
         # The form's JSON Schema refuses what it does not offer.
         for bad in ({"action": "explode"}, {"action": "backfill", "from_offset": -5}, {"processing_time": "soon"}):
@@ -98,6 +98,10 @@ def test_trigger_through_the_rest_api(airflow, broker, spark, tmp_path) -> None:
             assert status == 400, (bad, status, body)
         assert api.call("GET", f"{dag}/dagRuns")[1]["total_entries"] == 0
 
+        # What the trigger form's "Unpause on trigger" does: unpause, which queues a scheduled
+        # supervision, then the user's run-once start, which must run as asked, not be skipped.
+        status, body = api.call("PATCH", dag, {"is_paused": False})
+        assert status == 200 and body["is_paused"] is False, body
         status, run = api.call(
             "POST", f"{dag}/dagRuns", {"logical_date": None, "conf": {"action": "start", "trigger": "available_now"}}
         )
@@ -112,6 +116,24 @@ def test_trigger_through_the_rest_api(airflow, broker, spark, tmp_path) -> None:
         assert state == "success", log.read_text()[-4000:]
         tasks = {t["task_id"]: t["state"] for t in api.call("GET", f"{run_path}/taskInstances")[1]["task_instances"]}
         assert tasks["start"] == "success" and tasks["supervise"] == tasks["stop"] == tasks["backfill"] == "skipped"
+        assert Driver.read("restapi") is not None and Driver.read("restapi").desired == "once"  # as asked
+        scheduled = [r for r in api.call("GET", f"{dag}/dagRuns")[1]["dag_runs"] if r["run_type"] == "scheduled"]
+        assert scheduled, "unpausing queued no scheduled run: this test no longer reproduces the form"
+        for r in scheduled:  # it started nothing: it found nothing started, or left it to the user's run
+            state = api.wait(
+                "the scheduled run to finish",
+                lambda r=r: (
+                    (s := api.call("GET", f"{dag}/dagRuns/{r['dag_run_id']}")[1]["state"]) in ("success", "failed")
+                    and s
+                ),
+                240,
+                log,
+            )
+            assert state == "success", log.read_text()[-4000:]
+            said = json.dumps(
+                api.call("GET", f"{dag}/dagRuns/{r['dag_run_id']}/taskInstances/supervise/logs/1?full_content=true")[1]
+            )
+            assert "leaves the stream to them" in said or "not started yet" in said, said[-4000:]
 
         # What depends on two fields is refused by plan_backfill at once, and an empty range skips.
         for conf, state, plan, backfill in (

@@ -503,7 +503,8 @@ def test_a_lost_celery_worker_and_a_restarted_scheduler_lose_no_stream(hosts: La
         topic,
         trigger={"processing_time": "1 second"},
         # Every 30 s (croniter's sixth field is the second): the drill waits for two of them.
-        supervision={"schedule": "* * * * * */30", "backoff": "1 second"},
+        # autostart: deployed from code, the first scheduled supervision starts the stream.
+        supervision={"schedule": "* * * * * */30", "backoff": "1 second", "autostart": True},
     )
     dag = f"sluice_{p.name}"
     api = Api(hosts)

@@ -50,6 +50,15 @@ def test_assess(obs: Observation, action: str, words: str) -> None:
     assert words in v.reason
 
 
+def test_without_start_new_a_stream_nobody_started_is_left_alone_and_a_started_one_kept_up() -> None:
+    never = assess(Observation(desired=None, alive=False), max_stall=STALL, max_lag=None, name="pay", start_new=False)
+    assert never == Verdict(
+        "none", "not started yet, so not supervised: start it (action=start, or `sluice start pay`)"
+    )
+    died = Observation(desired="running", alive=False, state="running")
+    assert assess(died, max_stall=STALL, max_lag=None, start_new=False).action == "restart"
+
+
 @pytest.mark.parametrize(
     ("failures", "since", "action"),
     [(1, 5.0, "wait"), (1, 10.0, "restart"), (2, 15.0, "wait"), (2, 20.0, "restart"), (3, 1e6, "failed")],

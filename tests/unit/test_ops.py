@@ -123,6 +123,21 @@ def test_supervise_starts_keeps_and_restarts(home: Path, pipeline: Pipeline) -> 
     assert len(target.launched) == 2
 
 
+def test_a_scheduled_supervision_starts_nothing_but_keeps_up_what_was_started(home: Path, pipeline: Pipeline) -> None:
+    # Unpausing a DAG queues a scheduled supervision: it must not start a stream nobody asked for.
+    target = FakeTarget(home)
+    idle = stream.supervise(pipeline, target, by="scheduler", offsets=no_lag, start_new=False)
+    assert idle.started is None and not target.launched
+    assert idle.status.verdict.action == "none" and "sluice start" in idle.status.verdict.reason
+
+    started = stream.start(pipeline, target, by="a person", available_now=False)
+    os.killpg(started.driver.pid, signal.SIGKILL)
+    psutil.wait_procs([psutil.Process(started.driver.pid)], timeout=5)
+    revived = stream.supervise(pipeline, target, by="scheduler", offsets=no_lag, start_new=False)
+    assert revived.status.verdict.action == "restart" and revived.started is not None
+    assert len(target.launched) == 2
+
+
 def test_supervise_fails_loudly_on_a_stalled_or_lagging_stream(home: Path, pipeline: Pipeline) -> None:
     stream.start(pipeline, FakeTarget(home, mode="hang"), by="test")
     time.sleep(1.3)  # no heartbeat for longer than max_stall
