@@ -52,6 +52,14 @@ $(SLUICE_HOME)/.postgres:
 	  apt-get update -qq && apt-get install -y -qq postgresql >/dev/null; }
 	@mkdir -p $(SLUICE_HOME) && touch $@
 
+# Debian's Chromium, for the trigger form's test in a real browser (tests/e2e/test_airflow_server.py):
+# Playwright drives it, and cannot download a browser of its own here.
+$(SLUICE_HOME)/.chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing Chromium (apt-get)"; \
+	  apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
+	@mkdir -p $(SLUICE_HOME) && touch $@
+
 $(BIN)/.installed: requirements.txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@test -x $(UV) || $(BIN)/python -m pip install -q uv==0.13.8
@@ -144,7 +152,7 @@ lint: setup
 types: setup
 	$(BIN)/mypy
 
-test: lint types $(SLUICE_HOME)/.postgres $(SLUICE_HOME)/.redis $(JARS)/jdbc/.installed $(JARS)/s3/.installed $(JARS)/s3proxy/.installed \
+test: lint types $(SLUICE_HOME)/.postgres $(SLUICE_HOME)/.redis $(SLUICE_HOME)/.chromium $(JARS)/jdbc/.installed $(JARS)/s3/.installed $(JARS)/s3proxy/.installed \
       $(JARS)/compose/compose-spec.json
 	$(BIN)/pytest --timeout=900 --durations=40 $(PYTEST_ARGS)
 

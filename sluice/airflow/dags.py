@@ -100,6 +100,9 @@ def pipeline_dag(pipeline: Pipeline) -> DAG:
         start_date=START_DATE,
         catchup=False,
         max_active_runs=1,
+        # Airflow's own backfill (a run per past date) means nothing to a stream; the form's
+        # action=backfill re-reads Kafka offsets or times instead. Without it, the UI offers one.
+        allowed_run_types=["manual", "scheduled", "asset_triggered"],
         default_args=default_args,
         params=params(pipeline),
         tags=sorted(

@@ -8,11 +8,20 @@ from typing import Any
 from airflow.sdk import Param
 
 from sluice.spec import Pipeline
-from sluice.spec.model import DURATION_UNITS
 
 ACTIONS = ["supervise", "start", "stop", "restart", "backfill"]
-#: The spec's duration grammar (sluice.spec.model), as the form's JSON Schema pattern.
-DURATION_PATTERN = rf"^\s*\d+(\.\d+)?\s*({DURATION_UNITS})\s*$"
+#: The micro-batch intervals the form offers (a list cannot be mistyped; the spec takes any).
+INTERVALS = [
+    "500 ms",
+    "1 second",
+    "5 seconds",
+    "10 seconds",
+    "30 seconds",
+    "1 minute",
+    "5 minutes",
+    "15 minutes",
+    "1 hour",
+]
 
 
 def scheduled_runs(pipeline: Pipeline) -> str:
@@ -79,21 +88,23 @@ def _micro_batch_form(pipeline: Pipeline) -> dict[str, Param]:
         ),
         "processing_time": optional(
             "string",
-            pattern=DURATION_PATTERN,
+            enum=[None, *dict.fromkeys([*INTERVALS, default_interval])],
+            values_display={"null": f"as the spec says ({default_interval})"},
             title="Micro-batch interval",
-            description=f"Only with trigger mode 'processing_time' (empty: the spec's, {default_interval}). "
-            "A number and a unit: '500 ms', '30 seconds', '1.5 minutes', '1 hour'.",
+            description="Only with trigger mode 'processing_time'.",
         ),
+        # A bound inside allOf: the form's number field clamps to a top-level minimum without a
+        # word (-5 became 0, a backfill of everything); nested, -5 is sent and refused, naming it.
         "from_offset": optional(
             "integer",
-            minimum=0,
+            allOf=[{"minimum": 0}],
             title="Backfill from offset",
             description="First offset, on every partition (included).",
             section="Backfill range: offsets or times",
         ),
         "to_offset": optional(
             "integer",
-            minimum=0,
+            allOf=[{"minimum": 0}],
             title="Backfill to offset",
             description="End offset (excluded); empty: up to the end of the topic.",
             section="Backfill range: offsets or times",

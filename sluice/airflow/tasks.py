@@ -29,11 +29,15 @@ log = logging.getLogger("sluice.airflow")
 
 @contextmanager
 def as_task_state() -> Iterator[None]:
+    # The reason is logged here, in the task's own lines: Airflow logs a skip's reason inside
+    # the collapsed "Post Execute" group, and a failure's under a traceback of its own frames.
     try:
         yield
     except (NothingToDo, AlreadyRunning) as exc:
+        log.warning("skipped: %s", exc)
         raise AirflowSkipException(str(exc)) from None
     except SluiceError as exc:
+        log.error("%s", exc)
         if exc.transient:
             raise RuntimeError(str(exc)) from None  # Airflow retries it
         raise AirflowFailException(str(exc)) from None

@@ -73,7 +73,11 @@ def plan(
     if by_offsets == by_time:
         raise BackfillError(
             "give one range: offsets (from_offset/to_offset) or times (from_time/to_time), "
-            + ("not both" if by_offsets else "none was given")
+            + (
+                "not both"
+                if by_offsets
+                else "none was given (a form sends a number it cannot read, such as -5, as empty)"
+            )
         )
     if any(o is not None and o < 0 for o in (from_offset, to_offset)):
         raise BackfillError("offsets are 0 or more")

@@ -32,6 +32,7 @@ print("DAGBAG=" + json.dumps({
             "outlets": sorted(a.uri for t in d.tasks for a in t.outlets),
             "paused_on_creation": d.is_paused_upon_creation,
             "max_active_runs": d.max_active_runs,
+            "run_types": sorted(str(getattr(t, "value", t)) for t in d.allowed_run_types or ()),
             "asset_schedule": sorted(a.name for a in getattr(getattr(d.timetable, "asset_condition", None), "objects", ())),
         }
         for d in bag.dags.values()
@@ -84,6 +85,7 @@ def test_every_shipped_spec_yields_its_dags(airflow, tmp_path) -> None:
         assert dag["outlets"] == [p.sink_path if p.spec.mode == "continuous" else f"file://{p.sink_path}"]
         assert dag["paused_on_creation"] is not False
         assert dag["max_active_runs"] == 1
+        assert dag["run_types"] == ["asset_triggered", "manual", "scheduled"]  # no Airflow backfill of a stream
         form = dag["params"]
         if p.spec.mode == "continuous":  # no batches: no backfill, no trigger to choose
             assert form == {"action": form["action"]}
@@ -96,9 +98,10 @@ def test_every_shipped_spec_yields_its_dags(airflow, tmp_path) -> None:
             continue
         assert form["action"]["enum"] == ["supervise", "start", "stop", "restart", "backfill"]
         assert form["trigger"]["enum"] == ["spec", "processing_time", "available_now"]
-        assert form["from_offset"]["minimum"] == 0
+        # The bound is nested: the form's number field clamps to a top-level minimum (-5 became 0).
+        assert form["from_offset"]["allOf"] == [{"minimum": 0}] and "minimum" not in form["from_offset"]
         assert form["from_time"]["format"] == "date-time"
-        assert "pattern" in form["processing_time"]
+        assert None in form["processing_time"]["enum"] and "1 minute" in form["processing_time"]["enum"]
         if p.spec.expectations.declared:
             quality = bag["dags"][f"sluice_{p.name}_quality"]
             assert {"sluice", "quality", p.spec.sink.format} <= set(quality["tags"])

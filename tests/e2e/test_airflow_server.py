@@ -1,0 +1,349 @@
+"""The real clients of one Airflow standalone (API server, scheduler, DAG processor,
+triggerer, on SQLite): DAG runs triggered through the REST API, and through the trigger form
+in Chromium, checked in the tables."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jobs.sinks import read_table
+from sluice.dev.generate import EventGenerator
+from sluice.dev.ports import free_port
+from sluice.dev.produce import send, synthetic
+from sluice.ops import stream
+from sluice.records.run import Driver
+from tests.fixtures import make_pipeline, new_topic
+
+pytestmark = pytest.mark.e2e
+
+
+class Api:
+    def __init__(self, base: str) -> None:
+        self.base, self.token = base, ""
+
+    def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        req = urllib.request.Request(
+            self.base + path,
+            method=method,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"}
+            | ({"Authorization": f"Bearer {self.token}"} if self.token else {}),
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                return resp.status, json.loads(resp.read() or b"null")
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read() or b"null")
+
+    def wait(self, what: str, ok, timeout: float, log) -> Any:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                got = ok()
+                if got:
+                    return got
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(2)
+        pytest.fail(f"timed out waiting for {what}\n{log.read_text()[-4000:]}")
+
+
+@dataclass
+class Server:
+    api: Api
+    url: str
+    log: Path
+
+
+@pytest.fixture(scope="module")
+def server(airflow, broker, tmp_path_factory) -> Iterator[Server]:
+    """Airflow standalone with a password login, a fast DAG processor and scheduler."""
+    home = tmp_path_factory.mktemp("standalone")
+    port = free_port()
+    passwords = home / "passwords.json"
+    passwords.write_text(json.dumps({"admin": "s3cret"}))
+    log = home / "standalone.log"
+    env = (
+        os.environ
+        | airflow.env
+        | {
+            "AIRFLOW__API__PORT": str(port),
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+        }
+    )
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [airflow.binary, "standalone"], env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    url = f"http://127.0.0.1:{port}"
+    api = Api(url)
+    try:
+        api.wait("the API server", lambda: api.call("GET", "/api/v2/monitor/health")[0] == 200, 240, log)
+        status, body = api.call("POST", "/auth/token", {"username": "admin", "password": "s3cret"})
+        assert status in (200, 201), body
+        api.token = body["access_token"]
+        assert api.call("POST", "/auth/token", {"username": "admin", "password": "wrong"})[0] == 401
+        yield Server(api, url, log)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_trigger_through_the_rest_api(airflow, server, broker, spark) -> None:
+    topic = new_topic(broker, partitions=2)
+    # The default schedule: unpausing queues a scheduled supervision, as in the UI.
+    pipeline = make_pipeline(airflow.pipelines, topic, name="restapi")
+    send(broker.bootstrap, topic, synthetic(EventGenerator(pipeline, seed=5), 100))
+    api, log = server.api, server.log
+    dag = "/api/v2/dags/sluice_restapi"
+    api.wait("the DAG to be parsed", lambda: api.call("GET", dag)[0] == 200, 240, log)
+
+    # The form's JSON Schema refuses what it does not offer.
+    for bad in ({"action": "explode"}, {"action": "backfill", "from_offset": -5}, {"processing_time": "soon"}):
+        status, body = api.call("POST", f"{dag}/dagRuns", {"logical_date": None, "conf": bad})
+        assert status == 400, (bad, status, body)
+    assert api.call("GET", f"{dag}/dagRuns")[1]["total_entries"] == 0
+
+    # What the trigger form's "Unpause on trigger" does: unpause, which queues a scheduled
+    # supervision, then the user's run-once start, which must run as asked, not be skipped.
+    status, body = api.call("PATCH", dag, {"is_paused": False})
+    assert status == 200 and body["is_paused"] is False, body
+    status, run = api.call(
+        "POST", f"{dag}/dagRuns", {"logical_date": None, "conf": {"action": "start", "trigger": "available_now"}}
+    )
+    assert status == 200, run
+    run_path = f"{dag}/dagRuns/{run['dag_run_id']}"
+    state = api.wait(
+        "the run to finish",
+        lambda: (s := api.call("GET", run_path)[1]["state"]) in ("success", "failed") and s,
+        420,
+        log,
+    )
+    assert state == "success", log.read_text()[-4000:]
+    tasks = {t["task_id"]: t["state"] for t in api.call("GET", f"{run_path}/taskInstances")[1]["task_instances"]}
+    assert tasks["start"] == "success" and tasks["supervise"] == tasks["stop"] == tasks["backfill"] == "skipped"
+    assert Driver.read("restapi") is not None and Driver.read("restapi").desired == "once"  # as asked
+    scheduled = [r for r in api.call("GET", f"{dag}/dagRuns")[1]["dag_runs"] if r["run_type"] == "scheduled"]
+    assert scheduled, "unpausing queued no scheduled run: this test no longer reproduces the form"
+    for r in scheduled:  # it started nothing: it found nothing started, or left it to the user's run
+        state = api.wait(
+            "the scheduled run to finish",
+            lambda r=r: (
+                (s := api.call("GET", f"{dag}/dagRuns/{r['dag_run_id']}")[1]["state"]) in ("success", "failed") and s
+            ),
+            240,
+            log,
+        )
+        assert state == "success", log.read_text()[-4000:]
+        said = json.dumps(
+            api.call("GET", f"{dag}/dagRuns/{r['dag_run_id']}/taskInstances/supervise/logs/1?full_content=true")[1]
+        )
+        assert "leaves the stream to them" in said or "not started yet" in said, said[-4000:]
+
+    # What depends on two fields is refused by plan_backfill at once, and an empty range skips.
+    for conf, state, plan, backfill in (
+        ({"action": "backfill"}, "failed", "failed", "upstream_failed"),
+        ({"action": "backfill", "from_offset": 10**9}, "success", "skipped", "skipped"),
+    ):
+        status, run = api.call("POST", f"{dag}/dagRuns", {"logical_date": None, "conf": conf})
+        assert status == 200, run
+        run_path = f"{dag}/dagRuns/{run['dag_run_id']}"
+        got = api.wait(
+            f"the {conf} run to finish",
+            lambda run_path=run_path: (s := api.call("GET", run_path)[1]["state"]) in ("success", "failed") and s,
+            240,
+            log,
+        )
+        tasks = {t["task_id"]: t["state"] for t in api.call("GET", f"{run_path}/taskInstances")[1]["task_instances"]}
+        assert (got, tasks["plan_backfill"], tasks["backfill"]) == (state, plan, backfill), (conf, tasks)
+        assert tasks["publish"] in ("skipped", "upstream_failed"), tasks  # no asset event
+
+    # The run-once job ends by itself once Kafka is drained; wait for its rows.
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if read_table_count(spark, pipeline.sink_path) == 100:
+            break
+        time.sleep(2)
+    assert read_table_count(spark, pipeline.sink_path) == 100
+
+
+def read_table_count(spark, path: str) -> int:
+    try:
+        return read_table(spark, "delta", path).count()
+    except Exception:  # not created yet
+        return -1
+
+
+#: Chromium as Debian ships it (make test installs it); Playwright cannot download its own here.
+CHROMIUM = "/usr/bin/chromium"
+#: Without the background-networking flags Chromium keeps calling Google's hosts, which a closed
+#: network refuses; the rest make a headless run quiet and independent of any profile.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+class Form:
+    """The trigger form of one DAG, as a user fills it in."""
+
+    def __init__(self, page, url: str, dag: str) -> None:
+        page.goto(f"{url}/dags/{dag}")
+        page.get_by_role("button", name="Trigger").first.click()
+        self.page, self.dialog = page, page.get_by_role("dialog")
+        self.dialog.get_by_text("Run Parameters").wait_for()
+
+    def pick(self, field: str, typed: str) -> Any:
+        """Type into a list field (it filters its options) and take the first option left."""
+        box = self.dialog.locator(f"input[name=element_{field}]").locator("xpath=..")
+        box.click()
+        box.locator("input[type=text]").fill(typed)
+        return box
+
+    def value(self, field: str) -> str:
+        return self.dialog.locator(f"input[name=element_{field}]").input_value()
+
+    def type_number(self, field: str, keys: str) -> str:
+        """Type key by key into a number field, leave it, and return what it then shows."""
+        self.dialog.get_by_text("Backfill range: offsets or times").click()
+        box = self.dialog.locator(f"input[name=element_{field}]")
+        box.click()
+        self.page.keyboard.type(keys)
+        self.dialog.get_by_text("Run Parameters").click()  # leaving the field, as a user does
+        return box.input_value()
+
+    def trigger(self) -> None:
+        self.dialog.get_by_role("button", name="Trigger").click()
+        self.dialog.wait_for(state="hidden")  # the dialog closes once the run is created
+
+
+def test_the_trigger_form_in_chromium(airflow, server, broker, spark) -> None:
+    """A user in the browser: start right after unpausing (not skipped), stop, an interval that
+    is not offered, a negative offset and a reversed range (each refused, saying why)."""
+    assert shutil.which(CHROMIUM), f"{CHROMIUM} is missing: make test installs Debian's chromium"
+    from playwright.sync_api import sync_playwright
+
+    topic = new_topic(broker, partitions=2)
+    pipeline = make_pipeline(airflow.pipelines, topic, name="uiform")  # default schedule: unpausing queues a run
+    send(broker.bootstrap, topic, synthetic(EventGenerator(pipeline, seed=7), 100))
+    api, log, dag = server.api, server.log, "sluice_uiform"
+    api.wait("the DAG to be parsed", lambda: api.call("GET", f"/api/v2/dags/{dag}")[0] == 200, 240, log)
+
+    def manual_runs() -> list[dict[str, Any]]:
+        return api.call("GET", f"/api/v2/dags/{dag}/dagRuns?run_type=manual&order_by=-run_after")[1]["dag_runs"]
+
+    def run(form: Form, timeout: float = 300) -> dict[str, str]:
+        """Trigger the form; the task states of the run it created, once that has finished."""
+        before = len(manual_runs())
+        form.trigger()
+
+        def done() -> Any:
+            runs = manual_runs()
+            return runs[0] if len(runs) > before and runs[0]["state"] in ("success", "failed") else None
+
+        got = api.wait("the run to finish", done, timeout, log)
+        path = f"/api/v2/dags/{dag}/dagRuns/{got['dag_run_id']}"
+        tasks = {t["task_id"]: t["state"] for t in api.call("GET", f"{path}/taskInstances")[1]["task_instances"]}
+        return {"run": got["state"], "id": got["dag_run_id"], **tasks}
+
+    def errors(run_id: str, task: str) -> list[str]:
+        got = api.call("GET", f"/api/v2/dags/{dag}/dagRuns/{run_id}/taskInstances/{task}/logs/1?full_content=true")
+        return [str(e.get("event")) for e in got[1]["content"] if e.get("level") == "error"]
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        try:
+            page.goto(server.url)
+            page.get_by_label("Username").fill("admin")
+            page.get_by_label("Password").fill("s3cret")
+            page.get_by_role("button", name="Sign in").click()
+            page.wait_for_url(lambda u: "/auth/login" not in u)
+
+            # Start, with the form's defaults: "Unpause on trigger" ticked, Airflow's date backfill off.
+            form = Form(page, server.url, dag)
+            assert form.dialog.get_by_label(f"Unpause {dag} on trigger").is_checked()
+            assert form.dialog.get_by_role("radio", name="Backfill").is_disabled()
+            form.pick("action", "start")
+            page.keyboard.press("Enter")
+            form.pick("trigger", "micro-batches")
+            page.keyboard.press("Enter")
+            form.pick("processing_time", "soon")  # not an interval: the list offers nothing
+            assert form.dialog.get_by_text("No options").is_visible()
+            form.pick("processing_time", "5 sec")
+            page.keyboard.press("Enter")
+            assert (form.value("action"), form.value("trigger"), form.value("processing_time")) == (
+                "start",
+                "processing_time",
+                "5 seconds",
+            )
+            started = run(form)
+            assert started["run"] == "success" and started["start"] == "success", started
+            driver = Driver.read("uiform")
+            assert driver is not None and driver.desired == "running", driver
+            assert "--processing-time 5 seconds" in " ".join(driver.command), driver.command
+            deadline = time.monotonic() + 180
+            while read_table_count(spark, pipeline.sink_path) < 100 and time.monotonic() < deadline:
+                time.sleep(2)
+            assert read_table_count(spark, pipeline.sink_path) == 100
+
+            # Stop.
+            form = Form(page, server.url, dag)
+            form.pick("action", "stop")
+            page.keyboard.press("Enter")
+            stopped = run(form)
+            assert stopped["run"] == "success" and stopped["stop"] == "success", stopped
+            assert stream.driver_process(pipeline) is None
+
+            # A negative offset: the field does not turn it into 0 (a backfill of everything);
+            # it cannot hold it, so the run fails at once, naming the fields.
+            form = Form(page, server.url, dag)
+            form.pick("action", "backfill")
+            page.keyboard.press("Enter")
+            assert form.type_number("from_offset", "-5") != "0"
+            refused = run(form)
+            assert (refused["run"], refused["plan_backfill"], refused["backfill"]) == (
+                "failed",
+                "failed",
+                "upstream_failed",
+            ), refused
+            assert any("from_offset" in e for e in errors(refused["id"], "plan_backfill")), refused
+
+            # A reversed range: one line saying why, in the task's own log lines.
+            form = Form(page, server.url, dag)
+            form.pick("action", "backfill")
+            page.keyboard.press("Enter")
+            form.type_number("from_offset", "50")
+            form.type_number("to_offset", "10")
+            reversed_ = run(form)
+            assert (reversed_["run"], reversed_["plan_backfill"]) == ("failed", "failed"), reversed_
+            assert any("the range is empty" in e for e in errors(reversed_["id"], "plan_backfill")), reversed_
+        finally:
+            browser.close()
+    assert read_table_count(spark, pipeline.sink_path) == 100  # nothing written twice
