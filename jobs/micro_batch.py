@@ -108,7 +108,7 @@ class BatchWriter(BatchFrame):
                 ", ".join(f"{path} ({n})" for path, n in audit.rescued_paths.items()),
             )
         log.info(
-            "%s batch %d: %d records in -> %d out (%d rows), %d quarantined in %.2fs",
+            "%s batch %d: %d records in -> %d out (%d rows), %d quarantined in %.2fs%s",
             self.pipeline.name,
             batch_id,
             audit.records_in,
@@ -116,6 +116,10 @@ class BatchWriter(BatchFrame):
             audit.rows_out,
             audit.records_quarantined,
             audit.seconds,
+            # A backfill skips what the tables hold, and says so beside Spark's own input count.
+            f"; {audit.records_already_present} already in the tables, skipped"
+            if audit.records_already_present
+            else "",
         )
         if audit.expectations:
             log.info("%s batch %d expectations: %s", self.pipeline.name, batch_id, expectations.summary(audit))

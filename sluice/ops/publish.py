@@ -25,9 +25,16 @@ def publish(pipeline: Pipeline, emit: Callable[[dict[str, int]], None]) -> dict[
     new = list(audit.audit_files(audit.folders(pipeline), newer_than=since))
     if not new:
         raise NothingToPublish(f"no batch of {pipeline.name} committed since the last asset event")
-    totals = audit.Totals()
+    totals, present = audit.Totals(), 0
     for f in new:
-        totals.add(audit.read(f))
+        batch = audit.read(f)
+        totals.add(batch)
+        present += batch.records_already_present
+    marker = {"mtime": max(f.mtime() for f in new)}
+    if not totals.rows_out and not totals.records_quarantined:  # the tables did not change
+        store().put("published", pipeline.name, marker)
+        why = f": their {present} records were already in the tables" if present else ""
+        raise NothingToPublish(f"{totals.batches} batches of {pipeline.name} wrote no row{why}")
     emit(totals.as_dict())
-    store().put("published", pipeline.name, {"mtime": max(f.mtime() for f in new)})
+    store().put("published", pipeline.name, marker)
     return totals.as_dict()

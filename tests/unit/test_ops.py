@@ -342,9 +342,10 @@ def test_validate_runs_the_job_and_reads_its_report(home: Path, pipeline: Pipeli
 # --- publish ------------------------------------------------------------------------------
 
 
-def write_audit(folder: Path, batch_id: int, records_in: int, quarantined: int) -> None:
+def write_audit(folder: Path, batch_id: int, records_in: int, quarantined: int, present: int = 0) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     a = BatchAudit("p", batch_id, records_in, records_in - quarantined, quarantined, records_in - quarantined)
+    a.records_already_present = present
     (folder / file_name(batch_id)).write_text(a.to_json())
 
 
@@ -370,6 +371,17 @@ def test_publish_announces_each_batch_once_including_backfills(home: Path, pipel
     with pytest.raises(RuntimeError):
         publish.publish(pipeline, broken)
     assert publish.publish(pipeline, emitted.append)["records_quarantined"] == 7  # not lost by the failed emit
+
+    # A backfill of records the tables already hold changes no table: no asset event, and why.
+    time.sleep(0.01)
+    write_audit(Path(pipeline.backfill_checkpoint_path("offsets-2")) / "sluice_audit", 0, 0, 0, present=3000)
+    with pytest.raises(
+        NothingToDo, match="1 batches of .* wrote no row: their 3000 records were already in the tables"
+    ):
+        publish.publish(pipeline, emitted.append)
+    with pytest.raises(NothingToDo, match="no batch"):  # announced as nothing once, not again
+        publish.publish(pipeline, emitted.append)
+    assert len(emitted) == 2
 
 
 def test_a_pid_in_a_record_is_no_driver_a_lease_is(home: Path, pipeline: Pipeline) -> None:
