@@ -168,42 +168,43 @@ def audit(
     if as_json:
         print_json([dataclasses.asdict(audits.read(f)) for f in files])
         return
-    table = Table(
-        "batch",
-        "in",
-        "out",
-        "rows out",
-        "quarantined",
-        "late",
-        "filtered",
-        "rescued",
-        "already present",
-        "expectations failed",
-        "seconds",
-        "written at",
-    )
-    for f in files:
-        a = audits.read(f)
-        failed = ", ".join(
-            f"{name} {c['failed']}/{c['checked']} ({c['action']})" for name, c in a.failed_expectations().items()
-        )
-        table.add_row(
-            *(
-                str(v)
-                for v in (
-                    a.batch_id,
-                    a.records_in,
-                    a.records_out,
-                    a.rows_out,
-                    a.records_quarantined,
-                    a.records_late,
-                    a.records_filtered,
-                    a.records_rescued,
-                    a.records_already_present,
+    console.print(audit_table([audits.read(f) for f in files]))
+
+
+def audit_table(batches: list[audits.BatchAudit]) -> Table:
+    """The batches' counts, with a column for what only some pipelines have (rows of exploded
+    arrays, late, filtered, rescued, already present, failed rules) only when one of these
+    batches has it, so the table fits an 80-column terminal whole."""
+    cells: dict[str, list[str]] = {
+        "batch": [str(a.batch_id) for a in batches],
+        "in": [str(a.records_in) for a in batches],
+        "out": [str(a.records_out) for a in batches],
+        "rows out": [str(a.rows_out) for a in batches],
+        "quarantined": [str(a.records_quarantined) for a in batches],
+        "late": [str(a.records_late) for a in batches],
+        "filtered": [str(a.records_filtered) for a in batches],
+        "rescued": [str(a.records_rescued) for a in batches],
+        "already present": [str(a.records_already_present) for a in batches],
+        "rules failed": [
+            escape(
+                ", ".join(
+                    f"{n} {c['failed']}/{c['checked']} ({c['action']})" for n, c in a.failed_expectations().items()
                 )
-            ),
-            escape(failed),
-            str(a.seconds),
-            a.written_at,
-        )
-    console.print(table)
+            )
+            for a in batches
+        ],
+        "seconds": [f"{a.seconds:.1f}" for a in batches],
+        "written at (UTC)": [a.written_at[:19].replace("T", " ") for a in batches],
+    }
+    always = {"batch", "in", "out", "quarantined", "seconds", "written at (UTC)"}
+    shown = {
+        k: v
+        for k, v in cells.items()
+        if k in always
+        or (k == "rows out" and v != cells["out"])
+        or (k != "rows out" and any(x not in ("0", "") for x in v))
+    }
+    table = Table(*shown)
+    for row in zip(*shown.values(), strict=True):
+        table.add_row(*row)
+    return table

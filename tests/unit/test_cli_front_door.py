@@ -85,3 +85,33 @@ def test_a_spec_value_that_looks_like_markup_is_shown_as_it_is(
     assert run(monkeypatch, "check", str(path)) == 2
     err = capsys.readouterr().err
     assert "event_time.format: [/] needs" in err and "Traceback" not in err
+
+
+def test_the_audit_table_fits_80_columns_with_whole_headers() -> None:
+    from rich.console import Console
+
+    from sluice.cli.stream import audit_table
+    from sluice.records.audit import BatchAudit
+
+    def batch(i: int, **extra: int) -> BatchAudit:
+        a = BatchAudit("p", i, 1000, 990, 10, 990, seconds=2.345, written_at="2026-11-26T19:10:42Z")
+        for k, v in extra.items():
+            setattr(a, k, v)
+        return a
+
+    def render(batches: list[BatchAudit]) -> str:
+        console = Console(width=80, record=True, color_system=None)
+        console.print(audit_table(batches))
+        return console.export_text()
+
+    plain = render([batch(0), batch(1)])
+    assert all(len(line) <= 80 for line in plain.splitlines())
+    for header in ("batch", "in", "out", "quarantined", "seconds", "written at (UTC)"):
+        assert header in plain
+    assert "…" not in plain and "rescued" not in plain and "rows out" not in plain
+    assert "2026-11-26 19:10:42" in plain and "2.3" in plain
+
+    # A column some batches need appears, for every batch; headers wrap rather than being cut.
+    backfill = render([batch(0), batch(1, records_already_present=3000, records_in=0, records_out=0, rows_out=0)])
+    assert all(len(line) <= 80 for line in backfill.splitlines())
+    assert "already" in backfill and "present" in backfill and "3000" in backfill and "…" not in backfill
