@@ -100,6 +100,11 @@ EXTRA_DIRS = {("@fortawesome/fontawesome-free", "6.6.0"): ["webfonts/"]}
 GX_IMAGES = re.compile(r'"https://great-expectations-web-assets\.s3\.us-east-2\.amazonaws\.com/([\w.-]+)(?:\?[^"]*)?"')
 REGISTRY = "https://registry.npmjs.org"
 VENDOR = "static/vendor"
+#: A tag that loads one of the site's own copies; its ``crossorigin`` makes Chromium fetch the
+#: copy as a CORS request, which a ``file://`` page (origin null) is refused, so Bootstrap's
+#: tabs and popovers did nothing. ``integrity`` goes with it: it was the CDN's promise.
+_VENDOR_TAG = re.compile(r"<(?:script|link)\b[^>]*" + re.escape(VENDOR) + r"[^>]*>")
+_CORS_ATTRIBUTES = re.compile(r'\s+(?:crossorigin|integrity)(?:="[^"]*")?')
 
 
 def local_path(package: str, version: str, file: str) -> str:
@@ -166,6 +171,7 @@ def localize(site: Path, assets: Path) -> int:
             return f'"{os.path.relpath(image, page.parent)}"' if image.is_file() else m.group(0)
 
         new = GX_IMAGES.sub(local_image, new)
+        new = _VENDOR_TAG.sub(lambda m: _CORS_ATTRIBUTES.sub("", m.group(0)), new)
         if new != text:
             page.write_text(new, encoding="utf-8")
             rewritten += 1

@@ -160,13 +160,19 @@ def validate(spark: SparkSession, pipeline: Pipeline, selection: Selection, now:
             sum(o.severity == "critical" for o in failed),
         )
         outcomes += found
+    docs = ctx.get_docs_sites_urls()[0]["site_url"]
+    try:
+        pages = offline_docs.localize(Path(urlparse(docs).path).parent, offline_docs.assets_dir())
+        log.info("Data Docs: %d pages now load their CSS and JavaScript from the site itself", pages)
+    except OSError as exc:  # the report stands without them; the pages then need the internet
+        log.warning("Data Docs keep their CDN links: %s", exc)
     return Report(
         pipeline=pipeline.name,
         table=pipeline.sink_path,
         suite=f"sluice.{pipeline.name}",
         selection=str(selection),
         validated_at=now,
-        docs=ctx.get_docs_sites_urls()[0]["site_url"],
+        docs=docs,
         partitions=parts,
         outcomes=outcomes,
     )
@@ -194,11 +200,6 @@ def main(argv: list[str] | None = None) -> int:
     except ValidationError as exc:
         log.error("%s", exc)
         return 2
-    try:
-        pages = offline_docs.localize(Path(urlparse(report.docs).path).parent, offline_docs.assets_dir())
-        log.info("Data Docs: %d pages now load their CSS and JavaScript from the site itself", pages)
-    except OSError as exc:  # the report stands without them; the pages then need the internet
-        log.warning("Data Docs keep their CDN links: %s", exc)
     out = Path(args.report)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(report.model_dump_json(indent=2), encoding="utf-8")

@@ -9,10 +9,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -330,3 +332,32 @@ def airflow(sluice_home: Path, broker: EmbeddedBroker) -> Airflow:
     migrated = af.run("db", "migrate", timeout=300)
     assert migrated.returncode == 0, migrated.stderr[-3000:]
     return af
+
+
+#: Chromium as Debian ships it (make test installs it); Playwright cannot download its own here.
+CHROMIUM = "/usr/bin/chromium"
+#: Without the background-networking flags Chromium keeps calling Google's hosts, which a closed
+#: network refuses; the rest make a headless run quiet and independent of any profile.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@contextmanager
+def chromium() -> Iterator[Any]:
+    """A headless Chromium driven by Playwright, closed afterwards."""
+    assert shutil.which(CHROMIUM), f"{CHROMIUM} is missing: make test installs Debian's chromium"
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -25,7 +24,7 @@ from sluice.dev.ports import free_port
 from sluice.dev.produce import send, synthetic
 from sluice.ops import stream
 from sluice.records.run import Driver
-from tests.fixtures import make_pipeline, new_topic
+from tests.fixtures import chromium, make_pipeline, new_topic
 
 pytestmark = pytest.mark.e2e
 
@@ -195,21 +194,6 @@ def read_table_count(spark, path: str) -> int:
         return -1
 
 
-#: Chromium as Debian ships it (make test installs it); Playwright cannot download its own here.
-CHROMIUM = "/usr/bin/chromium"
-#: Without the background-networking flags Chromium keeps calling Google's hosts, which a closed
-#: network refuses; the rest make a headless run quiet and independent of any profile.
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-
 class Form:
     """The trigger form of one DAG, as a user fills it in."""
 
@@ -246,9 +230,6 @@ class Form:
 def test_the_trigger_form_in_chromium(airflow, server, broker, spark) -> None:
     """A user in the browser: start right after unpausing (not skipped), stop, an interval that
     is not offered, a negative offset and a reversed range (each refused, saying why)."""
-    assert shutil.which(CHROMIUM), f"{CHROMIUM} is missing: make test installs Debian's chromium"
-    from playwright.sync_api import sync_playwright
-
     topic = new_topic(broker, partitions=2)
     pipeline = make_pipeline(airflow.pipelines, topic, name="uiform")  # default schedule: unpausing queues a run
     send(broker.bootstrap, topic, synthetic(EventGenerator(pipeline, seed=7), 100))
@@ -276,74 +257,70 @@ def test_the_trigger_form_in_chromium(airflow, server, broker, spark) -> None:
         got = api.call("GET", f"/api/v2/dags/{dag}/dagRuns/{run_id}/taskInstances/{task}/logs/1?full_content=true")
         return [str(e.get("event")) for e in got[1]["content"] if e.get("level") == "error"]
 
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with chromium() as browser:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        try:
-            page.goto(server.url)
-            page.get_by_label("Username").fill("admin")
-            page.get_by_label("Password").fill("s3cret")
-            page.get_by_role("button", name="Sign in").click()
-            page.wait_for_url(lambda u: "/auth/login" not in u)
+        page.goto(server.url)
+        page.get_by_label("Username").fill("admin")
+        page.get_by_label("Password").fill("s3cret")
+        page.get_by_role("button", name="Sign in").click()
+        page.wait_for_url(lambda u: "/auth/login" not in u)
 
-            # Start, with the form's defaults: "Unpause on trigger" ticked, Airflow's date backfill off.
-            form = Form(page, server.url, dag)
-            assert form.dialog.get_by_label(f"Unpause {dag} on trigger").is_checked()
-            assert form.dialog.get_by_role("radio", name="Backfill").is_disabled()
-            form.pick("action", "start")
-            page.keyboard.press("Enter")
-            form.pick("trigger", "micro-batches")
-            page.keyboard.press("Enter")
-            form.pick("processing_time", "soon")  # not an interval: the list offers nothing
-            assert form.dialog.get_by_text("No options").is_visible()
-            form.pick("processing_time", "5 sec")
-            page.keyboard.press("Enter")
-            assert (form.value("action"), form.value("trigger"), form.value("processing_time")) == (
-                "start",
-                "processing_time",
-                "5 seconds",
-            )
-            started = run(form)
-            assert started["run"] == "success" and started["start"] == "success", started
-            driver = Driver.read("uiform")
-            assert driver is not None and driver.desired == "running", driver
-            assert "--processing-time 5 seconds" in " ".join(driver.command), driver.command
-            deadline = time.monotonic() + 180
-            while read_table_count(spark, pipeline.sink_path) < 100 and time.monotonic() < deadline:
-                time.sleep(2)
-            assert read_table_count(spark, pipeline.sink_path) == 100
+        # Start, with the form's defaults: "Unpause on trigger" ticked, Airflow's date backfill off.
+        form = Form(page, server.url, dag)
+        assert form.dialog.get_by_label(f"Unpause {dag} on trigger").is_checked()
+        assert form.dialog.get_by_role("radio", name="Backfill").is_disabled()
+        form.pick("action", "start")
+        page.keyboard.press("Enter")
+        form.pick("trigger", "micro-batches")
+        page.keyboard.press("Enter")
+        form.pick("processing_time", "soon")  # not an interval: the list offers nothing
+        assert form.dialog.get_by_text("No options").is_visible()
+        form.pick("processing_time", "5 sec")
+        page.keyboard.press("Enter")
+        assert (form.value("action"), form.value("trigger"), form.value("processing_time")) == (
+            "start",
+            "processing_time",
+            "5 seconds",
+        )
+        started = run(form)
+        assert started["run"] == "success" and started["start"] == "success", started
+        driver = Driver.read("uiform")
+        assert driver is not None and driver.desired == "running", driver
+        assert "--processing-time 5 seconds" in " ".join(driver.command), driver.command
+        deadline = time.monotonic() + 180
+        while read_table_count(spark, pipeline.sink_path) < 100 and time.monotonic() < deadline:
+            time.sleep(2)
+        assert read_table_count(spark, pipeline.sink_path) == 100
 
-            # Stop.
-            form = Form(page, server.url, dag)
-            form.pick("action", "stop")
-            page.keyboard.press("Enter")
-            stopped = run(form)
-            assert stopped["run"] == "success" and stopped["stop"] == "success", stopped
-            assert stream.driver_process(pipeline) is None
+        # Stop.
+        form = Form(page, server.url, dag)
+        form.pick("action", "stop")
+        page.keyboard.press("Enter")
+        stopped = run(form)
+        assert stopped["run"] == "success" and stopped["stop"] == "success", stopped
+        assert stream.driver_process(pipeline) is None
 
-            # A negative offset: the field does not turn it into 0 (a backfill of everything);
-            # it cannot hold it, so the run fails at once, naming the fields.
-            form = Form(page, server.url, dag)
-            form.pick("action", "backfill")
-            page.keyboard.press("Enter")
-            assert form.type_number("from_offset", "-5") != "0"
-            refused = run(form)
-            assert (refused["run"], refused["plan_backfill"], refused["backfill"]) == (
-                "failed",
-                "failed",
-                "upstream_failed",
-            ), refused
-            assert any("from_offset" in e for e in errors(refused["id"], "plan_backfill")), refused
+        # A negative offset: the field does not turn it into 0 (a backfill of everything);
+        # it cannot hold it, so the run fails at once, naming the fields.
+        form = Form(page, server.url, dag)
+        form.pick("action", "backfill")
+        page.keyboard.press("Enter")
+        assert form.type_number("from_offset", "-5") != "0"
+        refused = run(form)
+        assert (refused["run"], refused["plan_backfill"], refused["backfill"]) == (
+            "failed",
+            "failed",
+            "upstream_failed",
+        ), refused
+        assert any("from_offset" in e for e in errors(refused["id"], "plan_backfill")), refused
 
-            # A reversed range: one line saying why, in the task's own log lines.
-            form = Form(page, server.url, dag)
-            form.pick("action", "backfill")
-            page.keyboard.press("Enter")
-            form.type_number("from_offset", "50")
-            form.type_number("to_offset", "10")
-            reversed_ = run(form)
-            assert (reversed_["run"], reversed_["plan_backfill"]) == ("failed", "failed"), reversed_
-            assert any("the range is empty" in e for e in errors(reversed_["id"], "plan_backfill")), reversed_
-        finally:
-            browser.close()
+        # A reversed range: one line saying why, in the task's own log lines.
+        form = Form(page, server.url, dag)
+        form.pick("action", "backfill")
+        page.keyboard.press("Enter")
+        form.type_number("from_offset", "50")
+        form.type_number("to_offset", "10")
+        reversed_ = run(form)
+        assert (reversed_["run"], reversed_["plan_backfill"]) == ("failed", "failed"), reversed_
+        assert any("the range is empty" in e for e in errors(reversed_["id"], "plan_backfill")), reversed_
     assert read_table_count(spark, pipeline.sink_path) == 100  # nothing written twice

@@ -8,6 +8,7 @@ spec gains after the data was written, duplicates of a key and an old, thin part
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from jobs.validate import ValidationError, validate
 from sluice.dev.generate import EventGenerator, Record
 from sluice.dev.produce import send
 from sluice.records.validation import Selection
-from tests.fixtures import make_pipeline, new_topic, run_available_now
+from tests.fixtures import chromium, make_pipeline, new_topic, run_available_now
 
 pytestmark = pytest.mark.integration
 
@@ -112,6 +113,35 @@ def test_validation_reports_exactly_the_planted_violations(spark, broker, tmp_pa
     assert local_file(report.docs).name == "index.html"
     for p in report.partitions:
         assert p.docs and pipeline.name in p.docs and local_file(p.docs).is_file(), p
+    works_offline(local_file(report.docs), local_file(report.partitions[0].docs))
+
+
+def works_offline(*pages: Path) -> None:
+    """Each page in Chromium from file:// with the network cut: its scripts load and run
+    (Bootstrap's tabs and popovers, bootstrap-table), nothing it loads fails, and every link
+    to another page of the site leads to a file that is there."""
+    with chromium() as browser:
+        for path in pages:
+            page = browser.new_page()
+            failed: list[str] = []
+            errors: list[str] = []
+            page.on("requestfailed", lambda r, failed=failed: failed.append(r.url))
+            page.on("pageerror", lambda e, errors=errors: errors.append(str(e)))
+            page.route(re.compile(r"^https?://"), lambda route: route.abort())  # no network
+            page.goto(path.as_uri())
+            page.wait_for_load_state("load")
+            assert not [u for u in failed if u.startswith("file:")], (path, failed)
+            assert not errors, (path, errors)
+            assert page.evaluate(
+                "typeof jQuery === 'function' && typeof jQuery.fn.tab === 'function'"
+                " && typeof jQuery.fn.popover === 'function' && typeof jQuery.fn.bootstrapTable === 'function'"
+            ), path
+            links = page.eval_on_selector_all("a[href]", "as => as.map(a => a.href)")
+            local = [u for u in links if u.startswith("file:")]
+            assert local, path
+            for url in local:
+                assert Path(url2pathname(urlparse(url).path)).is_file(), (path, url)
+            page.close()
 
 
 def local_file(url: str) -> Path:
