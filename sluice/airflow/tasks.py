@@ -121,6 +121,13 @@ def sql_endpoint(action: str) -> None:
     from sluice.sql.settings import Endpoint
 
     by = _who()
+    if action == "supervise" and not _asked_by_a_person() and (waiting := _runs_waiting()):
+        log.info(
+            "%d run(s) triggered meanwhile wait behind this %s one; it leaves the endpoint to them",
+            waiting,
+            _run_type(),
+        )
+        return
     with as_task_state():
         target, endpoint = AirflowTarget(), Endpoint.from_env()
         if action in ("stop", "restart"):
