@@ -152,7 +152,8 @@ def validate(spark: SparkSession, pipeline: Pipeline, selection: Selection, now:
         if validation.success != passed:
             validation.success = passed
             ctx.validation_results_store.set(key, validation)
-        ctx.build_data_docs(resource_identifiers=[key, key.expectation_suite_identifier])
+        # The index once, after the last partition: it reads every stored result.
+        ctx.build_data_docs(resource_identifiers=[key, key.expectation_suite_identifier], build_index=day == dates[-1])
         page = ctx.get_docs_sites_urls(resource_identifier=key)[0]["site_url"]
         parts.append(Partition(date=day.isoformat(), rows=rows, success=passed, docs=page))
         failed = [o for o in found if not o.success]

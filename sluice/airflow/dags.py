@@ -36,6 +36,8 @@ from sluice.spec import Continuous, Pipeline, SpecError, load_all
 from sluice.spec.continuous import ENGINES
 
 START_DATE = datetime(2026, 1, 1)
+#: The run types a stream's DAG allows (Airflow 3's DagRunType values, without "backfill").
+RUN_TYPES = ["manual", "scheduled", "asset_triggered", "operator_triggered", "asset_materialization"]
 
 
 def table_asset(pipeline: Pipeline) -> Asset:
@@ -100,9 +102,9 @@ def pipeline_dag(pipeline: Pipeline) -> DAG:
         start_date=START_DATE,
         catchup=False,
         max_active_runs=1,
-        # Airflow's own backfill (a run per past date) means nothing to a stream; the form's
-        # action=backfill re-reads Kafka offsets or times instead. Without it, the UI offers one.
-        allowed_run_types=["manual", "scheduled", "asset_triggered"],
+        # Every run type but Airflow's own backfill (a run per past date), which means nothing to
+        # a stream; the form's action=backfill re-reads Kafka offsets or times instead.
+        allowed_run_types=RUN_TYPES,
         default_args=default_args,
         params=params(pipeline),
         tags=sorted(

@@ -94,7 +94,8 @@ def _micro_batch_form(pipeline: Pipeline) -> dict[str, Param]:
             description="Only with trigger mode 'processing_time'.",
         ),
         # A bound inside allOf: the form's number field clamps to a top-level minimum without a
-        # word (-5 became 0, a backfill of everything); nested, -5 is sent and refused, naming it.
+        # word (-5 became 0, a backfill of everything). Nested, the REST API still refuses -5;
+        # the form's field cannot hold it and sends it empty, which plan_backfill refuses.
         "from_offset": optional(
             "integer",
             allOf=[{"minimum": 0}],

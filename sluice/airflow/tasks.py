@@ -34,7 +34,7 @@ def as_task_state() -> Iterator[None]:
     try:
         yield
     except (NothingToDo, AlreadyRunning) as exc:
-        log.warning("skipped: %s", exc)
+        log.info("skipped: %s", exc)
         raise AirflowSkipException(str(exc)) from None
     except SluiceError as exc:
         log.error("%s", exc)
@@ -66,8 +66,9 @@ def _run_type() -> str:
 
 
 def _asked_by_a_person() -> bool:
-    """A run triggered from the form or the REST API, not by the schedule or an asset."""
-    return _run_type() == "manual"
+    """A run someone asked for: the form, the REST API, another DAG's trigger, or the asset's
+    Materialize button; not the schedule, nor an upstream table's asset event."""
+    return _run_type() in ("manual", "operator_triggered", "asset_materialization")
 
 
 def _runs_waiting() -> int:

@@ -85,7 +85,7 @@ def rebuild(
 
 
 def supervise(spec: SpecArg, master: Master = None) -> None:
-    """One supervision pass, as the scheduled DAG run does: start or restart if needed, fail if unhealthy."""
+    """One supervision pass: start (even a stream that never ran) or restart if needed, fail if unhealthy."""
     done = stream.supervise(load(spec), LocalTarget(master), by="sluice supervise")
     say(done.status.verdict.reason)
     if done.started:
@@ -93,9 +93,9 @@ def supervise(spec: SpecArg, master: Master = None) -> None:
 
 
 def status(spec: SpecArg, as_json: JsonOut = False) -> None:
-    """Is the stream running, how far behind Kafka is it, and what would supervision do? Exit 1 if unhealthy."""
+    """Is the stream running, how far behind Kafka is it, and what would scheduled supervision do? Exit 1 if unhealthy."""
     p = load(spec)
-    st = stream.status(p)
+    st = stream.status(p, start_new=p.spec.supervision.autostart)
     if as_json:
         print_json(st.as_dict())
         raise typer.Exit(0 if st.healthy else 1)

@@ -79,6 +79,10 @@ def plan(
                 else "none was given (a form sends a number it cannot read, such as -5, as empty)"
             )
         )
+    if by_offsets and from_offset is None:  # never read as 0: a form sends -5 as empty
+        raise BackfillError(
+            "give from_offset, the first offset of the range (a form sends a number it cannot read as empty)"
+        )
     if any(o is not None and o < 0 for o in (from_offset, to_offset)):
         raise BackfillError("offsets are 0 or more")
     topics = list(pipeline.kafka.topics or [])

@@ -34,7 +34,8 @@ def publish(pipeline: Pipeline, emit: Callable[[dict[str, int]], None]) -> dict[
     if not totals.rows_out and not totals.records_quarantined:  # the tables did not change
         store().put("published", pipeline.name, marker)
         why = f": their {present} records were already in the tables" if present else ""
-        raise NothingToPublish(f"{totals.batches} batches of {pipeline.name} wrote no row{why}")
+        batches = "1 batch" if totals.batches == 1 else f"{totals.batches} batches"
+        raise NothingToPublish(f"{batches} of {pipeline.name} wrote no row{why}")
     emit(totals.as_dict())
     store().put("published", pipeline.name, marker)
     return totals.as_dict()

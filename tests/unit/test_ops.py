@@ -270,6 +270,7 @@ def commit_offsets(pipeline: Pipeline, offsets: dict[str, dict[str, int]]) -> No
         ({"from_offset": 50, "to_offset": 10}, "the range is empty"),
         ({"from_offset": 50, "to_offset": 50}, "the range is empty"),
         ({"from_offset": -5}, "0 or more"),
+        ({"to_offset": 100}, "give from_offset"),
         ({"from_time": "yesterday"}, "not an ISO-8601 time"),
         ({"from_time": "2026-11-02T00:00:00Z", "to_time": "2026-11-01T00:00:00Z"}, "the range is empty"),
     ],
@@ -375,9 +376,7 @@ def test_publish_announces_each_batch_once_including_backfills(home: Path, pipel
     # A backfill of records the tables already hold changes no table: no asset event, and why.
     time.sleep(0.01)
     write_audit(Path(pipeline.backfill_checkpoint_path("offsets-2")) / "sluice_audit", 0, 0, 0, present=3000)
-    with pytest.raises(
-        NothingToDo, match="1 batches of .* wrote no row: their 3000 records were already in the tables"
-    ):
+    with pytest.raises(NothingToDo, match="1 batch of .* wrote no row: their 3000 records were already in the tables"):
         publish.publish(pipeline, emitted.append)
     with pytest.raises(NothingToDo, match="no batch"):  # announced as nothing once, not again
         publish.publish(pipeline, emitted.append)
