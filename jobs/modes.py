@@ -24,7 +24,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from jobs import continuous, derive, hadoopfs, micro_batch
+from jobs import continuous, derive, fence, hadoopfs, micro_batch
 from jobs.backfill import BackfillRefused
 from jobs.batches import STOP_MARKER, CheckpointMismatch, last_committed, restore_query_logging
 from jobs.events import EventLog
@@ -44,6 +44,21 @@ log = logging.getLogger("sluice.ingest")
 # (the batch is in the commit log) and the next batch plans normally.
 _SPARK_57438 = 'Cannot invoke "scala.collection.IterableOps.map(scala.Function1)" because the return value of "scala.Option.get()" is null'
 MAX_NPE_RESTARTS = 3
+# A driver paused past its lease can wake between its batch's write and Spark's own entry in
+# the commit or offset log, and write that entry before its next batch finds the lease gone
+# (its writes to the tables are fenced; Spark's log is not). The driver that took over then
+# fails on the same entry. Holding the lease, it starts again from the checkpoint, which
+# now has the entry: the batch's rows are in the tables once either way.
+_CONCURRENT_LOG = "CONCURRENT_STREAM_LOG_UPDATE"
+
+
+def _restartable(error: Exception) -> str | None:
+    """Why the query may start again from its checkpoint after ``error`` (None: it may not)."""
+    if _SPARK_57438 in str(error):
+        return "SPARK-57438 (replayed batch committed)"
+    if _CONCURRENT_LOG in str(error) and fence.verify() is None:
+        return "a fenced-off driver wrote a log entry of the batch it had in progress"
+    return None
 
 
 class RunMode(ABC):
@@ -167,16 +182,15 @@ class BatchMode(RunMode):
             if error is not None and STOP_MARKER in str(error):
                 log.info("stopping %s after its last committed batch", query.name)
                 error = None
-            if error is None or _SPARK_57438 not in str(error) or restarts == MAX_NPE_RESTARTS:
+            why = None if error is None or restarts == MAX_NPE_RESTARTS else _restartable(error)
+            if why is None:
                 if reporter is not None and error is not None:
                     reporter.failed(spark, pipeline.checkpoint_path, str(error), query)
                 elif reporter is not None:
                     reporter.report("finished" if available_now and not stop.is_set() else "stopped", query)
                 return error
             restarts += 1
-            log.warning(
-                "%s: restarting from the checkpoint after SPARK-57438 (replayed batch committed)", pipeline.name
-            )
+            log.warning("%s: restarting from the checkpoint after %s", pipeline.name, why)
             if backfill is None:
                 record_replayed(spark, pipeline, events, query)
 

@@ -40,3 +40,27 @@ def test_a_mode_refuses_what_it_cannot_run() -> None:
             branch.refuse(*asked)
     branch.refuse(None, False, None)
     assert ContinuousError in branch.refusals and ContinuousError not in derived.refusals
+
+
+class _Keeper:
+    """A lease keeper as jobs.fence sees it: ``lost`` says why the lease is gone."""
+
+    def __init__(self, lost: str | None) -> None:
+        self.lost = lost
+
+    def confirm(self) -> None:
+        pass
+
+
+def test_a_query_starts_again_after_a_fenced_drivers_log_entry_only_while_it_holds_the_lease(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from jobs import fence
+    from jobs.modes import _restartable
+
+    concurrent = Exception("[CONCURRENT_STREAM_LOG_UPDATE] Concurrent update to the log. Multiple streaming jobs")
+    monkeypatch.setattr(fence, "keeper", _Keeper(None))
+    assert _restartable(concurrent) == "a fenced-off driver wrote a log entry of the batch it had in progress"
+    monkeypatch.setattr(fence, "keeper", _Keeper("taken over by worker-2"))
+    assert _restartable(concurrent) is None  # this driver is the stale one: it stops
+    assert _restartable(Exception("something else")) is None
