@@ -77,6 +77,21 @@ def _runs_waiting() -> int:
     return int(ctx["ti"].get_dr_count(dag_id=ctx["dag"].dag_id, states=["queued"]))
 
 
+def _left_to_a_waiting_run(who: str, what: str) -> bool:
+    """Whether this supervising run leaves ``what`` to a run someone triggered meanwhile: one
+    the schedule or an asset started, with such a run queued behind it, does (and says so)."""
+    waiting = 0 if _asked_by_a_person() else _runs_waiting()
+    if waiting:
+        log.info(
+            "%s: %d run(s) triggered meanwhile wait behind this %s one; supervision leaves the %s to them",
+            who,
+            waiting,
+            _run_type(),
+            what,
+        )
+    return bool(waiting)
+
+
 def control(spec_path: str, action: str) -> None:
     """supervise, start, stop or restart, as the form (or the schedule: supervise) asks."""
     from sluice.airflow.forms import launch_options
@@ -96,17 +111,9 @@ def control(spec_path: str, action: str) -> None:
             log.info("%s", restarted.stopped or f"{pipeline.name} was not running")
             _log_started(restarted.started, target.master)
         else:
-            asked = _asked_by_a_person()
-            waiting = 0 if asked else _runs_waiting()
-            if waiting:
-                log.info(
-                    "%s: %d run(s) triggered meanwhile wait behind this %s one; supervision leaves the stream to them",
-                    pipeline.name,
-                    waiting,
-                    _run_type(),
-                )
+            if _left_to_a_waiting_run(pipeline.name, "stream"):
                 return
-            start_new = asked or pipeline.spec.supervision.autostart
+            start_new = _asked_by_a_person() or pipeline.spec.supervision.autostart
             done = stream.supervise(pipeline, target, by=by, start_new=start_new, **launch_options(pipeline, params))
             log.info("%s: %s", pipeline.name, done.status.verdict.reason)
             if done.started:
@@ -122,12 +129,7 @@ def sql_endpoint(action: str) -> None:
     from sluice.sql.settings import Endpoint
 
     by = _who()
-    if action == "supervise" and not _asked_by_a_person() and (waiting := _runs_waiting()):
-        log.info(
-            "%d run(s) triggered meanwhile wait behind this %s one; it leaves the endpoint to them",
-            waiting,
-            _run_type(),
-        )
+    if action == "supervise" and _left_to_a_waiting_run("SQL endpoint", "endpoint"):
         return
     with as_task_state():
         target, endpoint = AirflowTarget(), Endpoint.from_env()
