@@ -46,14 +46,14 @@ class TableSource(StrictModel):
     """Another pipeline's table, read as a stream from its start."""
 
     table: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,62}$")]
-    #: Cap on files per micro-batch (Delta's maxFilesPerTrigger, the file source's too).
+    """The upstream pipeline's name; its table is read as a stream."""
     max_files_per_trigger: Annotated[int, Field(gt=0)] | None = None
-    #: What a commit upstream that deletes or rewrites rows (DELETE, UPDATE, MERGE; an
-    #: upstream in ``output_mode: update`` MERGEs every batch) means here. ``fail``: the
-    #: stream stops and says so; ``sluice rebuild`` recomputes this table from the upstream
-    #: as it is now. ``skip``: such commits are ignored whole (Delta's skipChangeCommits):
-    #: rows they delete stay counted here, and rows they add or rewrite are not read.
+    """Cap on files per micro-batch (Delta's maxFilesPerTrigger, the file source's too)."""
     on_upstream_change: Literal["fail", "skip"] = "fail"
+    """What a commit upstream that deletes or rewrites rows (DELETE, UPDATE, MERGE; an upstream in ``output_mode:
+    update`` MERGEs every batch) means here. ``fail``: the stream stops and says so; ``sluice rebuild`` recomputes
+    this table from the upstream as it is now. ``skip``: such commits are ignored whole (Delta's
+    skipChangeCommits): rows they delete stay counted here, and rows they add or rewrite are not read."""
 
 
 class Deduplicate(StrictModel):
@@ -61,18 +61,24 @@ class Deduplicate(StrictModel):
     later than that is kept (Spark's dropDuplicatesWithinWatermark)."""
 
     keys: list[Name] = Field(min_length=1)
-    #: The watermark's delay: set one of the two, or both the same.
+    """The columns whose values identify a repeat."""
     within: Duration | None = None
+    """The watermark's delay: set one of the two, or both the same."""
 
 
 class Window(StrictModel):
     """Event-time windows over ``time`` (default: the upstream table's event time)."""
 
     type: Literal["tumbling", "sliding", "session"] = "tumbling"
+    """``tumbling`` (fixed, back to back), ``sliding`` (fixed, overlapping) or ``session`` (ended by a gap)."""
     size: Duration | None = None
+    """Tumbling and sliding windows: how long each window is."""
     slide: Duration | None = None
+    """Sliding windows: how far apart windows start."""
     gap: Duration | None = None
+    """Session windows: how long without an event ends a session."""
     time: Name | None = None
+    """The timestamp column the windows are over [default: the upstream table's event time]."""
 
     @model_validator(mode="after")
     def _shape(self) -> Window:
@@ -109,12 +115,17 @@ class State(StrictModel):
     """
 
     kind: Literal["session", "custom"]
+    """``session``: one row per session of each key; ``custom``: your StatefulProcessor."""
     keys: list[Name] = Field(min_length=1)
+    """The columns state is kept per."""
     timeout: Duration | None = None
+    """``session``: how long in event time without an event of a key ends its session."""
     time: Name | None = None
+    """The event-time column [default: the upstream table's event time]."""
     processor: str | None = Field(default=None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
-    #: custom: the output rows' schema as Spark DDL, e.g. ``user string, total double``.
+    """custom: the StatefulProcessor class, ``package.module:Class``."""
     output: str | None = None
+    """custom: the output rows' schema as Spark DDL, e.g. ``user string, total double``."""
 
     @model_validator(mode="after")
     def _kind(self) -> State:

@@ -62,10 +62,16 @@ class _OneKind(StrictModel):
 
 
 class Range(StrictModel):
+    """Bounds on a number: ``min``, ``max`` or both, each included unless made strict."""
+
     min: float | None = None
+    """The lowest value allowed."""
     max: float | None = None
+    """The highest value allowed."""
     strict_min: bool = False
+    """Whether ``min`` itself is refused."""
     strict_max: bool = False
+    """Whether ``max`` itself is refused."""
 
     @model_validator(mode="after")
     def _bounds(self) -> Range:
@@ -82,12 +88,20 @@ class RowRule(_OneKind):
     KINDS = ("not_null", "in_range", "matches", "in_set", "sql")
 
     column: str | None = None
+    """The flattened column the rule checks (every kind but ``sql``)."""
     not_null: bool = False
+    """The column holds a value."""
     in_range: Range | None = None
+    """The column's value lies between bounds."""
     matches: str | None = Field(default=None, min_length=1)
+    """The column's value matches this regular expression."""
     in_set: list[str | int | float | bool] | None = Field(default=None, min_length=1)
+    """The column's value is one of these."""
     sql: str | None = Field(default=None, min_length=1)
+    """A Spark SQL boolean over the flattened columns that a good row makes true."""
     action: Action = "warn"
+    """What a failing row does: ``warn`` (counted, written), ``drop`` (quarantined with the rule's name) or ``fail``
+    (the batch fails before it writes)."""
 
     @model_validator(mode="after")
     def _columns(self) -> RowRule:
@@ -109,11 +123,15 @@ class TableRule(_OneKind):
     KINDS = ("row_count", "unique", "freshness", "no_unexpected_columns")
 
     row_count: Range | None = None
+    """The partition's row count lies between bounds."""
     unique: str | None = None
+    """This column's values are unique in the partition."""
     freshness: Duration | None = None
+    """The newest event time of the partition is no older than this."""
     no_unexpected_columns: bool = False
-    #: A critical failure fails the validation (and its Airflow task); a warning is reported only.
+    """The table has no column the spec does not make."""
     severity: Literal["critical", "warning"] = "critical"
+    """A critical failure fails the validation (and its Airflow task); a warning is reported only."""
 
 
 def _on_update_or_schedule(v: str) -> str:
@@ -123,17 +141,22 @@ def _on_update_or_schedule(v: str) -> str:
 class Validation(StrictModel):
     """When the data-quality DAG validates the written table with Great Expectations."""
 
-    #: ``table_updated``: on the table's Airflow asset, i.e. after new batches landed; or a
-    #: cron expression or preset (``@daily``); null: only when triggered.
     schedule: Annotated[str, AfterValidator(_on_update_or_schedule)] | None = "table_updated"
-    #: A scheduled run validates this many of the newest date partitions.
+    """``table_updated``: on the table's Airflow asset, i.e. after new batches landed; or a cron expression or preset
+    (``@daily``); null: only when triggered."""
     partitions: PositiveInt = 1
+    """A scheduled run validates this many of the newest date partitions."""
 
 
 class Expectations(StrictModel):
+    """Data-quality rules: on each row in the stream, and on the written table per date partition."""
+
     rows: dict[Name, RowRule] = Field(default_factory=dict)
+    """Rule name -> a check on each row, run in the stream."""
     table: dict[Name, TableRule] = Field(default_factory=dict)
+    """Rule name -> a check on the written table, run by the validation job."""
     validation: Validation = Validation()
+    """When the data-quality DAG validates the table."""
 
     @property
     def declared(self) -> bool:

@@ -75,4 +75,4 @@ Schedule = Annotated[str, AfterValidator(check_schedule)]
 
 
 class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)

@@ -116,14 +116,22 @@ class Source(StrictModel):
     """Where events come from: Kafka topics (a list or a pattern) and consumer options."""
 
     bootstrap_servers: str = Field(default_factory=config.bootstrap_servers, min_length=1)
+    """The Kafka brokers, host:port[,host:port] [default: $SLUICE_KAFKA_BOOTSTRAP, the embedded broker's]."""
     topics: list[Topic] | None = None
+    """The topics to read; give this or ``topic_pattern``."""
     topic_pattern: str | None = None
+    """A regular expression of topic names to read (topics created later are picked up)."""
     starting_offsets: Literal["earliest", "latest"] | dict[str, dict[str, int]] = "earliest"
+    """Where a new checkpoint starts: ``earliest``, ``latest``, or per topic and partition, e.g. ``{"orders": {"0":
+    42}}``. A stream with a checkpoint goes on from it."""
     max_offsets_per_trigger: PositiveInt | None = None
+    """At most this many records per micro-batch, spread over the partitions [default: all that wait]."""
     fail_on_data_loss: bool = True
-    #: Passed through to Spark's Kafka source: ``kafka.*`` client settings (security,
-    #: SASL, SSL...) and the source options Sluice does not type itself.
+    """Fail when offsets the checkpoint expects are gone from Kafka (retention, a deleted topic) rather than go on
+    past them."""
     options: dict[str, str] = Field(default_factory=dict)
+    """Passed through to Spark's Kafka source: ``kafka.*`` client settings (security, SASL, SSL...) and the source
+    options Sluice does not type itself."""
 
     @model_validator(mode="after")
     def _one_subscription(self) -> Source:
@@ -178,7 +186,9 @@ class Accept(StrictModel):
 
     # YAML reads 1970-01-01 as a date and a time with an offset as a datetime: keep both whole.
     not_before: str | datetime | date | None = "1970-01-01"
+    """The earliest believable event time: a date or date-time, a duration before ingestion ('30 days'), or null."""
     not_after: str | datetime | date | None = "1 day"
+    """The latest believable event time: a date or date-time, a duration after ingestion ('1 day'), or null."""
 
     @field_validator("not_before", "not_after", mode="after")
     @classmethod
@@ -209,8 +219,11 @@ class EventTime(StrictModel):
     """The field that carries the event's time, how to read it, and which times to accept."""
 
     field: str = Field(min_length=1)
+    """The field (dotted path) that carries the event's time; a record without it is quarantined."""
     format: str = "iso8601"
+    """How to read it: ``iso8601``, ``date``, ``epoch_seconds``, ``epoch_millis``, or a Spark datetime pattern."""
     accept: Accept = Accept()
+    """Which event times are believable; the others are quarantined."""
 
     @field_validator("format")
     @classmethod
@@ -220,8 +233,12 @@ class EventTime(StrictModel):
 
 
 class DatePartition(StrictModel):
+    """The date column the table is partitioned by: the event time's calendar date in a time zone."""
+
     column: str = Field(default="date", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    """The name of the date column the table is partitioned by."""
     timezone: str = "UTC"
+    """The time zone whose calendar date of the event time names the partition (an IANA name)."""
 
     @field_validator("timezone")
     @classmethod
@@ -234,9 +251,13 @@ class Flatten(StrictModel):
     """Flattening rules; see :mod:`sluice.spec.flatten` for the naming rule."""
 
     separator: str = Field(default="_", pattern=r"^[A-Za-z0-9_]{1,3}$")
+    """Joins the parts of a nested field's path into its column name."""
     rename: dict[str, str] = Field(default_factory=dict)
+    """Field path or prefix -> the name its column (or its columns' prefix) gets instead."""
     explode: list[str] = Field(default_factory=list)
+    """Array fields to explode: one row per element (arrays stay arrays otherwise)."""
     keep: list[str] = Field(default_factory=list)
+    """Struct fields kept whole as one struct column instead of flattened."""
 
 
 class Sink(StrictModel):
@@ -244,14 +265,19 @@ class Sink(StrictModel):
     or, for continuous branches, a Kafka topic."""
 
     format: Literal["delta", "parquet", "kafka"] = "delta"
+    """``delta`` (the default), ``parquet``, or ``kafka`` (continuous branches)."""
     path: str | None = Field(default=None, min_length=1)
-    #: Where rejected records go, in the same format. Defaults to ``<path>_quarantine``.
+    """The table's location: relative to $SLUICE_HOME, an absolute path (with ``allow_external_paths``), or a URI
+    such as ``s3a://bucket/tables/orders``."""
     quarantine_path: str | None = None
-    #: Kafka sinks: the topic for output records, and the one for rejected records.
+    """Where rejected records go, in the same format. Defaults to ``<path>_quarantine``."""
     topic: Topic | None = None
+    """Kafka sinks: the topic for output records."""
+    """Kafka sinks: the topic for output records, and the one for rejected records."""
     quarantine_topic: Topic | None = None
-    #: Kafka sinks: the brokers to write to [default: the source's].
+    """Kafka sinks: the topic for records that cannot be parsed, with their reason."""
     bootstrap_servers: str | None = None
+    """Kafka sinks: the brokers to write to [default: the source's]."""
 
     @model_validator(mode="after")
     def _target(self) -> Sink:
@@ -274,7 +300,9 @@ class Trigger(StrictModel):
     """When micro-batches run: every ``processing_time``, or once over what is there."""
 
     processing_time: Duration | None = None
+    """Start a micro-batch every this long [default: 10 seconds]."""
     available_now: bool = False
+    """Process what is in Kafka when the run starts, then stop."""
 
     @model_validator(mode="after")
     def _one(self) -> Trigger:
@@ -292,30 +320,31 @@ class Trigger(StrictModel):
 class Supervision(StrictModel):
     """What the scheduled supervision run of the pipeline's DAG enforces."""
 
-    #: Cron expression or preset for the supervision run; null for manual runs only.
     schedule: Schedule | None = "*/5 * * * *"
-    #: Whether a scheduled supervision also starts a stream that nobody started yet. By default
-    #: it only keeps up a stream someone started (``action=start``, ``sluice start``), so
-    #: unpausing a DAG starts nothing; true suits deployments that unpause DAGs from code.
+    """Cron expression or preset for the supervision run; null for manual runs only."""
     autostart: bool = False
-    #: The stream is stalled when it is behind the broker and has committed no batch for this long.
+    """Whether a scheduled supervision also starts a stream that nobody started yet. By default it only keeps up a
+    stream someone started (``action=start``, ``sluice start``), so unpausing a DAG starts nothing; true suits
+    deployments that unpause DAGs from code."""
     max_stall: Duration = "10 minutes"
-    #: Fail when more records than this wait in Kafka (end offsets minus committed offsets).
+    """The stream is stalled when it is behind the broker and has committed no batch for this long."""
     max_lag: PositiveInt | None = None
-    #: Stop restarting a stream that failed this many times in a row on the same batch.
+    """Fail when more records than this wait in Kafka (end offsets minus committed offsets)."""
     max_failures: PositiveInt = 3
-    #: Wait this long before restarting a stream that failed, doubled after each failure in a row.
+    """Stop restarting a stream that failed this many times in a row on the same batch."""
     backoff: Duration = "30 seconds"
+    """Wait this long before restarting a stream that failed, doubled after each failure in a row."""
 
 
 class Maintenance(StrictModel):
     """Small-file compaction and clean-up of a Delta table (its maintenance DAG)."""
 
     schedule: Schedule | None = "@daily"
-    #: OPTIMIZE the date partitions of the last N days (streaming writes many small files there).
+    """Cron expression or preset for the maintenance DAG; null for manual runs only."""
     optimize_days: PositiveInt = 3
-    #: VACUUM keeps files younger than this; Delta's own safety floor is 7 days (168 h).
+    """OPTIMIZE the date partitions of the last N days (streaming writes many small files there)."""
     vacuum_retain_hours: int = Field(default=168, ge=168)
+    """VACUUM keeps files younger than this; Delta's own safety floor is 7 days (168 h)."""
 
 
 class Continuous(StrictModel):
@@ -326,23 +355,23 @@ class Continuous(StrictModel):
     cannot be parsed go to the quarantine topic with their reason.
     """
 
-    #: The Spark engine that runs it: ``continuous`` processing, or ``real_time``, Spark 4.1's
-    #: Real-Time Mode (long-running micro-batches that pass each record on as it is read;
-    #: lower and steadier latency, see benchmarks/latency.py). Both deliver at least once.
     engine: Literal["continuous", "real_time"] = "continuous"
-    #: How often the long-running tasks record their offsets (the at-least-once boundary)
-    #: [default: 1 second for ``continuous``, 30 seconds for ``real_time``, at least 5 seconds].
+    """The Spark engine that runs it: ``continuous`` processing, or ``real_time``, Spark 4.1's Real-Time Mode
+    (long-running micro-batches that pass each record on as it is read; lower and steadier latency, see
+    benchmarks/latency.py). Both deliver at least once."""
     checkpoint_interval: Duration | None = None
-    #: Rule name -> SQL boolean over the flattened columns, e.g. ``amount > 2000``.
+    """How often the long-running tasks record their offsets (the at-least-once boundary) [default: 1 second for
+    ``continuous``, 30 seconds for ``real_time``, at least 5 seconds]."""
     rules: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str] = Field(default_factory=dict)
-    #: Which verdicts to write: only the flagged ones, or one per event.
+    """Rule name -> SQL boolean over the flattened columns, e.g. ``amount > 2000``."""
     emit: Literal["flagged", "all"] = "flagged"
-    #: Flattened columns copied into each verdict [default: all of them].
+    """Which verdicts to write: only the flagged ones, or one per event."""
     columns: list[str] = Field(default_factory=list)
-    #: A flattened column used as the output record's Kafka key (keeps an entity on one partition).
+    """Flattened columns copied into each verdict [default: all of them]."""
     key: str | None = None
-    #: Optional SQL boolean: events for which it is false are not considered at all.
+    """A flattened column used as the output record's Kafka key (keeps an entity on one partition)."""
     filter: str | None = None
+    """Optional SQL boolean: events for which it is false are not considered at all."""
 
     @property
     def interval(self) -> str:
@@ -369,49 +398,66 @@ class PipelineSpec(StrictModel):
     table (and its quarantine) out."""
 
     name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,62}$")
+    """The pipeline's name: its table and view name, and its Airflow DAG id ``sluice_<name>``."""
     description: str = ""
-    #: ``micro_batch`` (tables, exactly once) or ``continuous`` (Kafka to Kafka, milliseconds, at least once).
+    """Free text, shown as the DAG's description."""
     mode: Literal["micro_batch", "continuous"] = "micro_batch"
+    """``micro_batch`` (tables, exactly once) or ``continuous`` (Kafka to Kafka, milliseconds, at least once)."""
     owner: str = "data-engineering"
+    """The DAG's owner in Airflow."""
     tags: list[str] = Field(default_factory=list)
+    """Extra Airflow tags of the pipeline's DAGs."""
     source: AnySource
-    #: Required for Kafka sources; a derived pipeline reads its upstream table's columns.
-    #: A schema file, or a registry subject (see :mod:`sluice.spec.registry`).
+    """Kafka topics, or another pipeline's table (a derived pipeline)."""
     schema_path: str | RegistrySchema | None = Field(default=None, alias="schema")
+    """Required for Kafka sources; a derived pipeline reads its upstream table's columns. A schema file, or a
+    registry subject (see :mod:`sluice.spec.registry`)."""
     event_time: EventTime | None = None
+    """The event's time, which names its date partition; required for Kafka sources."""
     date_partition: DatePartition = DatePartition()
+    """The date column the table is partitioned by."""
     flatten: Flatten = Flatten()
-    #: Field path -> what a value that does not fit the field's type does: ``quarantine``
-    #: the record (the default for every field) or ``rescue`` it: the row is written with
-    #: the field NULL and the value kept in ``_rescued``.
+    """How nested records become columns."""
     on_type_mismatch: dict[str, Literal["quarantine", "rescue"]] = Field(default_factory=dict)
-    #: Field path -> the coercions it takes (strict by default; see :mod:`sluice.spec.strict`).
+    """Field path -> what a value that does not fit the field's type does: ``quarantine`` the record (the default for
+    every field) or ``rescue`` it: the row is written with the field NULL and the value kept in ``_rescued``."""
     coerce: dict[str, strict.Coerce] = Field(default_factory=dict)
+    """Field path -> the coercions it takes (strict by default; see :mod:`sluice.spec.strict`)."""
     sink: Sink
+    """Where rows go: a table, or a Kafka topic for a continuous branch."""
     checkpoint: str = Field(min_length=1)
-    #: Tables and checkpoints live under $SLUICE_HOME unless this is true (then absolute paths
-    #: anywhere are allowed; URIs such as s3a://... always are).
+    """The stream's checkpoint location (same rules as ``sink.path``); it is what makes the writes exactly once."""
     allow_external_paths: bool = False
+    """Tables and checkpoints live under $SLUICE_HOME unless this is true (then absolute paths anywhere are allowed;
+    URIs such as s3a://... always are)."""
     trigger: Trigger = Trigger()
+    """When micro-batches run."""
     supervision: Supervision = Supervision()
+    """What the DAG's scheduled supervision enforces."""
     maintenance: Maintenance = Maintenance()
+    """Compaction and clean-up of a Delta table."""
     continuous: Continuous | None = None
-    #: Data-quality rules on the rows (in the stream) and on the table (the validation job).
+    """The rules and engine of a continuous branch (``mode: continuous``)."""
     expectations: Expectations = Expectations()
+    """Data-quality rules on the rows (in the stream) and on the table (the validation job)."""
     # Derived pipelines (source: {table: ...}); see sluice.spec.derived.
-    #: SQL condition on the upstream rows; the others are counted as filtered, not kept.
     filter: str | None = None
+    """SQL condition on the upstream rows; the others are counted as filtered, not kept."""
     deduplicate: Deduplicate | None = None
+    """Derived pipelines: drop repeated rows per key."""
     window: Window | None = None
-    #: Output column -> SQL aggregate, per window and group_by columns.
+    """Derived pipelines: the event-time window ``aggregate`` counts in."""
     aggregate: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str] = Field(default_factory=dict)
+    """Output column -> SQL aggregate, per window and group_by columns."""
     group_by: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]] = Field(default_factory=list)
-    #: How late an event may be, behind the latest event time seen, before it is late.
+    """Derived pipelines: the columns ``aggregate`` groups by, besides the window."""
     watermark: Duration | None = None
-    #: append: a window is written once, when the watermark passes its end; update: written
-    #: (merged into the Delta table) every batch it changes in.
+    """How late an event may be, behind the latest event time seen, before it is late."""
     output_mode: Literal["append", "update"] = "append"
+    """append: a window is written once, when the watermark passes its end; update: written (merged into the Delta
+    table) every batch it changes in."""
     state: State | None = None
+    """Derived pipelines: per-key state (sessions, or a custom processor)."""
 
     @model_validator(mode="before")
     @classmethod

@@ -63,8 +63,11 @@ class RegistrySchema(StrictModel):
     """``schema: {registry: <url>, subject: ..., version: latest|N}``."""
 
     registry: str = PydanticField(pattern=r"^https?://\S+$")
+    """The schema registry's URL."""
     subject: str = PydanticField(min_length=1, pattern=r"^[^/\\]+$")
+    """The subject whose JSON Schema is the events' schema."""
     version: Literal["latest"] | int = "latest"
+    """``latest`` (asked again at most once a minute) or a pinned version number."""
 
     @field_validator("subject")
     @classmethod

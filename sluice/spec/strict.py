@@ -55,14 +55,14 @@ class Coerce(StrictModel):
     """A field's opt-ins (the spec's ``coerce.<field>``), each off by default: then a value
     that does not fit the field's type exactly is a type mismatch (the table above)."""
 
-    #: DECIMAL: more decimal places than the scale, rounded half up (as Spark rounds).
     round: Literal["half_up"] | None = None
-    #: DECIMAL: a numeric string such as "2500.00".
+    """DECIMAL: more decimal places than the scale, rounded half up (as Spark rounds)."""
     from_string: bool = False
-    #: FLOAT, DOUBLE: NaN and infinities ("NaN", "Infinity", 1e400).
+    """DECIMAL: a numeric string such as "2500.00"."""
     allow_non_finite: bool = False
-    #: STRING: a number, boolean, object or array, kept as Spark's JSON text of it.
+    """FLOAT, DOUBLE: NaN and infinities ("NaN", "Infinity", 1e400)."""
     json_text: bool = False
+    """STRING: a number, boolean, object or array, kept as Spark's JSON text of it."""
 
 
 STRICT = Coerce()
