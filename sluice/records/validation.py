@@ -133,7 +133,8 @@ class Report(BaseModel):
         verdict = "FAILED" if self.critical_failures else "passed"
         lines = [
             f"{self.pipeline}: validation {verdict}: {len(self.outcomes)} expectations on partitions {dates}; "
-            f"{len(self.critical_failures)} critical failed, {len(self.warnings)} warnings"
+            f"{len(self.critical_failures)} critical failed, {len(self.warnings)} "
+            f"warning{'' if len(self.warnings) == 1 else 's'}"
         ]
         for label, outcomes in (("CRITICAL", self.critical_failures), ("warning", self.warnings)):
             lines += [f"  {label} {o.rule} on {o.partition} ({o.expectation}): {o.detail()}" for o in outcomes]

@@ -42,7 +42,7 @@ def test_a_critical_violation_fails_the_quality_dag_and_sluice_validate(airflow,
     # Default parameters, as when the table's asset triggers it: the newest partition.
     run = airflow.dags_test("sluice_dq_quality")
     assert run.state == "failed", run.log[-4000:]
-    assert f"dq: validation FAILED: 3 expectations on partitions {day} (42 rows); 1 critical failed, 1 warnings" in (
+    assert f"dq: validation FAILED: 3 expectations on partitions {day} (42 rows); 1 critical failed, 1 warning" in (
         run.log
     )
     assert f"CRITICAL one_row_per_device on {day} (expect_column_values_to_be_unique): 4 of 42 rows failed" in run.log

@@ -75,7 +75,7 @@ def test_the_summary_names_each_failure_its_evidence_and_the_data_docs() -> None
         outcome("ok", "critical", True),
     )
     assert r.summary() == [
-        "payments: validation FAILED: 4 expectations on partitions 2026-11-20 (10 rows); 2 critical failed, 1 warnings",
+        "payments: validation FAILED: 4 expectations on partitions 2026-11-20 (10 rows); 2 critical failed, 1 warning",
         "  CRITICAL amount_positive on 2026-11-20 (expect_x): 2 of 10 rows failed; e.g. -1.0, 0.0",
         "  CRITICAL broken on 2026-11-20 (expect_x): error: no column x",
         "  warning fresh on 2026-11-20 (expect_x): observed 2026-11-19 10:00:00",
