@@ -13,11 +13,12 @@ JARS  := $(SLUICE_JARS)
 UV    := $(BIN)/uv
 MVN   := mvn -q -B
 
-.PHONY: setup cluster-setup cluster demo airflow test lint types unit bench bench-latency bench-expectations bench-throughput bench-memory bench-sql bench-derived profile-ingest clean distclean help
+.PHONY: setup cluster-setup cluster demo airflow test lint types docs docs-serve unit bench bench-latency bench-expectations bench-throughput bench-memory bench-sql bench-derived profile-ingest clean distclean help
 
 help:
 	@echo "make demo   set up, then run the device-signal and payment pipelines end to end"
-	@echo "make test   set up, then lint, type-check and run the whole test suite"
+	@echo "make test   set up, then lint, type-check, build the docs and run the whole test suite"
+	@echo "make docs   build the documentation site into site/ (mkdocs --strict); make docs-serve serves it"
 	@echo "make airflow  set up, then start Airflow standalone on http://127.0.0.1:8080 (dags/ as DAG folder)"
 	@echo "make cluster  the production layout on this machine: PostgreSQL, Redis, 3 Kafka brokers, Spark master + 2 workers, S3Proxy, Airflow + 2 Celery workers"
 	@echo "make setup  install the Spark runtime (.venv), the Airflow side (.venv-airflow) and the JVM jars"
@@ -152,7 +153,15 @@ lint: setup
 types: setup
 	$(BIN)/mypy
 
-test: lint types $(SLUICE_HOME)/.postgres $(SLUICE_HOME)/.redis $(SLUICE_HOME)/.chromium $(JARS)/jdbc/.installed $(JARS)/s3/.installed $(JARS)/s3proxy/.installed \
+# --strict: a broken link or anchor, or a page left out of the nav, fails the build. Not --quiet:
+# it hides the warnings from the count --strict fails on, and the build passes whatever they say.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+docs-serve: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
+
+test: lint types docs $(SLUICE_HOME)/.postgres $(SLUICE_HOME)/.redis $(SLUICE_HOME)/.chromium $(JARS)/jdbc/.installed $(JARS)/s3/.installed $(JARS)/s3proxy/.installed \
       $(JARS)/compose/compose-spec.json
 	$(BIN)/pytest --timeout=900 --durations=40 $(PYTEST_ARGS)
 

@@ -223,7 +223,7 @@ def sql_endpoint_dag() -> DAG:
             "(database `sluice`), read-only. Scheduled runs **supervise**: start it unless it runs or was "
             "stopped on purpose; a hung one is restarted. Trigger with a config to **start**, **stop** or "
             "**restart** it. Where it listens and how clients log in come from the worker's `SLUICE_SQL_*` "
-            "settings; see the README's *Query the tables*."
+            "settings; see docs/query.md, Query the tables."
         ),
         schedule="*/5 * * * *",
         start_date=START_DATE,

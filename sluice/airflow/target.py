@@ -5,7 +5,8 @@ Jobs are submitted with the command the provider's ``SparkSubmitHook`` builds fr
 Airflow's connection, not in Sluice. The stream needs that command line without running it
 (it is launched detached and outlives the task), which the provider offers only privately:
 :data:`PRIVATE` names the two private members used, and :func:`check_provider` (run by
-``tests/integration/test_airflow_target.py``) fails loudly when a provider release changes them.
+``tests/e2e/test_airflow_dags.py::test_the_airflow_target_builds_the_local_command_through_the_provider``) fails
+loudly when a provider release changes them.
 """
 
 from __future__ import annotations

@@ -50,7 +50,8 @@ def batch_watermark_ms(text: str) -> int:
     file, before running it; 0 when there is none yet.
 
     Spark's offset log format (a version line, then the batch's metadata as JSON) has been
-    the same since Spark 2.1; tests/unit/test_checkpoint_format.py reads a real one."""
+    the same since Spark 2.1; tests/unit/test_derived_spec.py::test_offset_log_watermark reads an entry of
+    it."""
     lines = text.splitlines()
     if len(lines) < 2 or not lines[0].startswith("v"):
         raise ValueError(f"not a Spark offset log entry (first line {lines[0] if lines else ''!r})")

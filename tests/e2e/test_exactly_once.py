@@ -120,7 +120,7 @@ def test_renamed_after_a_crash_between_write_and_commit_repeats_nothing(spark, b
 def test_a_new_schema_version_after_a_crash_replays_the_interrupted_batch_under_the_old_one(
     spark, broker, tmp_path, fmt
 ) -> None:
-    # The README's path for a producer's new field, after a crash mid-batch: killed between
+    # The path docs/schemas.md gives for a producer's new field, after a crash mid-batch: killed between
     # writing batch 1 and committing it, restarted with a v2 that adds a nullable `color`.
     # Batch 1 is replayed under v1 (its part already written is found, the rest written as
     # planned), then the new records are read under v2.
