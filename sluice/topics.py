@@ -10,6 +10,8 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from sluice.records.preview import Sampled
+
 # librdkafka reports every failed connection attempt (dozens a second when the broker is
 # down); Sluice reports the outcome once, so the client's own log stays out of the terminal.
 _client_log = logging.getLogger("sluice.kafka.client")
@@ -130,5 +132,63 @@ def end_offsets(bootstrap: str, topic: str, timeout: float = 10.0) -> dict[int, 
             _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
             out[p] = high
         return out
+    finally:
+        consumer.close()
+
+
+def sample_plan(available: dict[tuple[str, int], tuple[int, int]], n: int) -> dict[tuple[str, int], tuple[int, int]]:
+    """The newest ``n`` records, spread over the partitions: ``[start, end)`` per partition.
+
+    ``available`` is each partition's (first offset still in the log, next offset). Each
+    partition gets a share in turn, so a sample of a keyed topic is not all one key's; a
+    partition with fewer records leaves its share to the others.
+    """
+    counts = dict.fromkeys(available, 0)
+    left = n
+    while left > 0:
+        growing = [tp for tp, (low, high) in sorted(available.items()) if counts[tp] < high - low]
+        if not growing:
+            break
+        for tp in growing[:left]:
+            counts[tp] += 1
+        left -= min(left, len(growing))
+    return {tp: (available[tp][1] - k, available[tp][1]) for tp, k in counts.items() if k}
+
+
+def sample(bootstrap: str, topics: list[str], n: int, timeout: float = 30.0) -> list[Sampled]:
+    """The newest ``n`` records of the topics (see :func:`sample_plan`), read without joining a
+    consumer group or committing an offset, oldest first per partition."""
+    consumer = Consumer(_conf(bootstrap, **{"group.id": "sluice-preview", "enable.auto.commit": False}))
+    try:
+        available = {}
+        for topic in topics:
+            md = consumer.list_topics(topic, timeout=timeout)
+            if topic not in md.topics or md.topics[topic].error is not None:
+                raise KafkaException(f"topic {topic!r} does not exist")
+            for p in md.topics[topic].partitions:
+                available[(topic, p)] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
+        plan = sample_plan(available, n)
+        if not plan:
+            return []
+        consumer.assign([TopicPartition(t, p, start) for (t, p), (start, _) in plan.items()])
+        open_ = dict(plan)
+        out = []
+        deadline = time.monotonic() + timeout
+        while open_ and time.monotonic() < deadline:
+            for msg in consumer.consume(500, timeout=1.0):
+                if msg.error() is not None:
+                    raise KafkaException(msg.error())
+                tp, offset = (str(msg.topic()), int(msg.partition() or 0)), int(msg.offset() or 0)
+                if tp not in open_ or offset >= open_[tp][1]:
+                    continue
+                out.append(Sampled(tp[0], tp[1], offset, msg.timestamp()[1], msg.key(), msg.value()))
+                if offset >= open_[tp][1] - 1:
+                    del open_[tp]
+            # A transaction's marker or a compacted gap can end a partition without a record.
+            for tp in list(open_):
+                position = consumer.position([TopicPartition(tp[0], tp[1])])[0].offset
+                if position >= open_[tp][1]:
+                    del open_[tp]
+        return sorted(out, key=lambda r: (r.topic, r.partition, r.offset))
     finally:
         consumer.close()

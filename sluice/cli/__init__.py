@@ -75,6 +75,7 @@ for command in (
     stream.status,
     stream.backfill,
     quality.check,
+    quality.preview,
     stream.audit,
     quality.validate,
     tables.demo,

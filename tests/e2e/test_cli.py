@@ -42,6 +42,7 @@ def test_help_on_every_command() -> None:
         ["demo", "--help"],
         ["audit", "--help"],
         ["validate", "--help"],
+        ["preview", "--help"],
     ):
         result = sluice(*cmd)
         assert result.returncode == 0 and "Usage" in result.stdout, (cmd, result.stderr)
@@ -117,6 +118,16 @@ def test_produce_run_audit_and_sql_from_the_command_line(broker, tmp_path: Path)
     produced = sluice("produce", "cli_signals", "--count", "300", "--bad-fraction", "0.1", "--seed", "5", env=env)
     assert produced.returncode == 0, produced.stdout + produced.stderr
     assert "sent 300 records" in produced.stdout
+
+    # A preview of the newest records before the stream runs: counts that reconcile, nothing written.
+    shown = sluice("preview", "cli_signals", "-n", "40", "--json", env=env)
+    assert shown.returncode == 0, shown.stdout + shown.stderr[-3000:]
+    preview = json.loads(shown.stdout)
+    assert preview["records_in"] == 40 == preview["records_out"] + len(preview["quarantined"])
+    assert all(q["reason"] for q in preview["quarantined"]) and preview["rows"][0]["date"]
+    assert not (tmp_path / "t").exists() and not (tmp_path / "c").exists()
+    refused = sluice("preview", "broken", env=env)
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
 
     ran = sluice("run", "cli_signals", "--available-now", env=env)
     assert ran.returncode == 0, ran.stdout + ran.stderr[-3000:]

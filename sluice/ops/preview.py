@@ -1,0 +1,68 @@
+"""Preview a spec on real records before deploying it: a sample from its topic or a file.
+
+The sample is read without a consumer group or a commit (:func:`sluice.topics.sample`), and
+the Spark side runs the pipeline's own stages over it in a local session, writing nothing
+(``jobs/preview.py``). The stream's tables, checkpoint and run state are not touched.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+from sluice.errors import InvalidInput, NothingToDo
+from sluice.records.preview import Preview, Sampled
+from sluice.spec import Pipeline
+from sluice.topics import list_topics, sample
+
+
+def from_file(path: Path, topic: str, n: int) -> list[Sampled]:
+    """The first ``n`` non-blank lines of a newline-delimited file, each as it is (as ``sluice
+    replay`` would send it); a record's offset is its line number."""
+    if not path.is_file():
+        raise InvalidInput(f"{path}: no such file")
+    now = int(time.time() * 1000)
+    out = []
+    with path.open("rb") as fh:
+        for number, line in enumerate(fh, start=1):
+            line = line.rstrip(b"\r\n")
+            if line.strip():
+                out.append(Sampled(topic, 0, number, now, None, line))
+                if len(out) == n:
+                    break
+    return out
+
+
+def records(pipeline: Pipeline, n: int, file: Path | None = None) -> tuple[list[Sampled], str]:
+    """The sample, and where it came from in words."""
+    if pipeline.spec.reads_table:
+        raise InvalidInput(
+            f"{pipeline.name} reads a table, not Kafka: preview the pipeline that writes it, or query the "
+            "table with sluice sql"
+        )
+    src = pipeline.kafka
+    if file is not None:
+        topic = (src.topics or [src.topic_pattern or "file"])[0]
+        lines = from_file(file, topic, n)
+        return lines, f"{file} (its first {len(lines)} records; offsets are line numbers)"
+    topics = src.topics or sorted(
+        t for t in list_topics(src.bootstrap_servers) if re.fullmatch(str(src.topic_pattern), t)
+    )
+    if not topics:
+        raise NothingToDo(f"no topic matches {src.topic_pattern!r} on {src.bootstrap_servers}")
+    sampled = sample(src.bootstrap_servers, topics, n)
+    return sampled, f"{', '.join(topics)} (the newest {len(sampled)} records)"
+
+
+def preview(pipeline: Pipeline, n: int = 20, file: Path | None = None, master: str | None = None) -> Preview:
+    """What the pipeline would make of the sample: rows, quarantined records, rescued paths, rules."""
+    if n < 1:
+        raise InvalidInput("-n: give at least 1 record")
+    sampled, source = records(pipeline, n, file)
+    if not sampled:
+        raise NothingToDo(f"{source.split(' (')[0]} has no records to preview")
+    from jobs.preview import run  # Spark starts only when there is something to show
+    from jobs.session import local_session
+
+    return run(local_session("sluice-preview", master), pipeline, sampled, source)
