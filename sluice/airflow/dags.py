@@ -31,7 +31,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from sluice.airflow import tasks
 from sluice.airflow.forms import ACTIONS, params, quality_params, scheduled_runs
-from sluice.records.validation import quality_home
+from sluice.airflow.links import ValidateOperator
 from sluice.spec import Continuous, Pipeline, SpecError, load_all
 from sluice.spec.continuous import ENGINES
 
@@ -183,7 +183,6 @@ def quality_dag(pipeline: Pipeline) -> DAG:
     s, spec_path = pipeline.spec, str(pipeline.spec_path)
     when = s.expectations.validation.schedule
     schedule: Any = [table_asset(pipeline)] if when == "table_updated" else when
-    docs = quality_home() / "uncommitted" / "data_docs" / "local_site" / "index.html"
     with DAG(
         dag_id=f"sluice_{pipeline.name}_quality",
         description=f"Great Expectations on the newest date partitions of the {pipeline.name} table",
@@ -193,7 +192,8 @@ def quality_dag(pipeline: Pipeline) -> DAG:
             f"of `{spec_path}`, one Great Expectations batch per partition. Runs "
             + ("after each update of the table's asset" if when == "table_updated" else f"on `{when}`")
             + ", or from the trigger form for a date range.\n\nA failed **critical** expectation fails the run, "
-            f"and its log lists each failed expectation; warnings are logged only. Data Docs: `{docs}`."
+            "and its log lists each failed expectation; warnings are logged only. The task's **Data Docs** button "
+            "opens the pages of what it validated."
         ),
         schedule=schedule,
         start_date=START_DATE,
@@ -203,12 +203,7 @@ def quality_dag(pipeline: Pipeline) -> DAG:
         params=quality_params(pipeline),
         tags=sorted({"sluice", "quality", s.sink.format, *s.tags}),
     ) as dag:
-
-        @task(task_id="validate")
-        def validate() -> dict[str, Any]:
-            return tasks.validate(spec_path)
-
-        validate()
+        ValidateOperator(task_id="validate", python_callable=tasks.validate, op_args=[spec_path])
     return dag
 
 

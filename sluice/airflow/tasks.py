@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import get_current_context
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+from sluice.airflow import links
 from sluice.errors import AlreadyRunning, NothingToDo, SluiceError
 from sluice.spec import Pipeline, load_pipeline
 
@@ -218,6 +219,8 @@ def validate(spec_path: str) -> dict[str, Any]:
             latest=None if params.get("from_date") or params.get("to_date") else params.get("latest"),
         )
         report = validation.validate(pipeline, AirflowTarget(), chosen)
+    # For the task's Data Docs button (sluice.airflow.links), pushed before a failure ends the task.
+    get_current_context()["ti"].xcom_push(key=links.XCOM_KEY, value=report.page())
     for line in report.summary():
         log.info("%s", line)
     rescued = audits.rescued(pipeline)

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 from pydantic import BaseModel
 
@@ -127,6 +128,11 @@ class Report(BaseModel):
     def passed(self) -> bool:
         return not self.critical_failures
 
+    def page(self) -> str | None:
+        """The Data Docs page to open, inside the site: the partition's, or the index for several."""
+        page = self.partitions[0].docs if len(self.partitions) == 1 else self.docs
+        return site_page(page) if page else None
+
     def summary(self) -> list[str]:
         """Lines for a log: the verdict, each failed expectation, and where the Data Docs are."""
         dates = ", ".join(f"{p.date} ({p.rows} rows)" for p in self.partitions) or "none"
@@ -145,6 +151,20 @@ class Report(BaseModel):
 def quality_home() -> Path:
     """The Great Expectations stores and Data Docs of every pipeline (one site for all)."""
     return config.sluice_home() / "quality"
+
+
+def docs_site() -> Path:
+    """The Data Docs site GX builds from those stores (its ``local_site``)."""
+    return quality_home() / "uncommitted" / "data_docs" / "local_site"
+
+
+def site_page(url: str) -> str | None:
+    """A Data Docs URL (``file://...``) as a path inside :func:`docs_site`; None when it is elsewhere."""
+    path = Path(unquote(urlparse(url).path))
+    try:
+        return path.relative_to(docs_site()).as_posix()
+    except ValueError:
+        return None
 
 
 def new_report_path(pipeline_name: str, now: datetime | None = None) -> Path:

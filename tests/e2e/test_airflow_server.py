@@ -4,6 +4,7 @@ in Chromium, checked in the tables."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
@@ -15,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import pytest
 from playwright.sync_api import expect
@@ -232,7 +234,17 @@ def test_the_trigger_form_in_chromium(airflow, server, broker, spark) -> None:
     """A user in the browser: start right after unpausing (not skipped), stop, an interval that
     is not offered, a negative offset and a reversed range (each refused, saying why)."""
     topic = new_topic(broker, partitions=2)
-    pipeline = make_pipeline(airflow.pipelines, topic, name="uiform")  # default schedule: unpausing queues a run
+    # The default schedule: unpausing queues a run. Its quality DAG runs only when triggered.
+    pipeline = make_pipeline(
+        airflow.pipelines,
+        topic,
+        name="uiform",
+        expectations={
+            "rows": {"battery_percent": {"column": "battery", "in_range": {"min": 0, "max": 100}}},
+            "table": {"some_rows": {"row_count": {"min": 1}}},
+            "validation": {"schedule": None},
+        },
+    )
     send(broker.bootstrap, topic, synthetic(EventGenerator(pipeline, seed=7), 100))
     api, log, dag = server.api, server.log, "sluice_uiform"
     api.wait("the DAG to be parsed", lambda: api.call("GET", f"/api/v2/dags/{dag}")[0] == 200, 240, log)
@@ -259,7 +271,7 @@ def test_the_trigger_form_in_chromium(airflow, server, broker, spark) -> None:
         return [str(e.get("event")) for e in got[1]["content"] if e.get("level") == "error"]
 
     with chromium() as browser:
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
         page.goto(server.url)
         page.get_by_label("Username").fill("admin")
         page.get_by_label("Password").fill("s3cret")
@@ -324,4 +336,52 @@ def test_the_trigger_form_in_chromium(airflow, server, broker, spark) -> None:
         reversed_ = run(form)
         assert (reversed_["run"], reversed_["plan_backfill"]) == ("failed", "failed"), reversed_
         assert any("the range is empty" in e for e in errors(reversed_["id"], "plan_backfill")), reversed_
-    assert read_table_count(spark, pipeline.sink_path) == 100  # the refused backfills wrote nothing
+        assert read_table_count(spark, pipeline.sink_path) == 100  # the refused backfills wrote nothing
+
+        # The quality DAG's validate task opens its Data Docs, served by Airflow behind its login.
+        quality = f"/api/v2/dags/{dag}_quality"
+        assert api.call("PATCH", quality, {"is_paused": False})[0] == 200
+        status, checked = api.call("POST", f"{quality}/dagRuns", {"logical_date": None, "conf": {}})
+        assert status == 200, checked
+        run_path = f"{quality}/dagRuns/{checked['dag_run_id']}"
+        state = api.wait(
+            "the validation",
+            lambda: (s := api.call("GET", run_path)[1]["state"]) in ("success", "failed") and s,
+            420,
+            log,
+        )
+        assert state == "success", log.read_text()[-4000:]
+        links = api.call("GET", f"{run_path}/taskInstances/validate/links")[1]
+        assert links["extra_links"]["Data Docs"].startswith("/sluice-docs/validations/"), links
+        page.goto(f"{server.url}/dags/{dag}_quality/runs/{checked['dag_run_id']}/tasks/validate/details")
+        button = page.get_by_role("link", name="Data Docs")
+        expect(button).to_be_visible(timeout=60_000)
+        href = button.get_attribute("href") or ""
+        assert href == links["extra_links"]["Data Docs"] and href.endswith(".html"), href
+        failed: list[str] = []
+        offline = page.context.new_page()  # the same login; every request but Airflow's own refused
+        offline.on("requestfailed", lambda r: failed.append(r.url))
+        offline.route(lambda url: not url.startswith(server.url), lambda route: route.abort())
+        offline.goto(server.url + href)
+        offline.wait_for_load_state("load")
+        text = " ".join(offline.inner_text("body").split())
+        assert "sluice.uiform" in text and "Status: Succeeded" in text, text[:500]
+        assert not failed, failed
+        assert offline.evaluate(
+            "typeof jQuery === 'function' && typeof jQuery.fn.tab === 'function'"
+            " && typeof jQuery.fn.bootstrapTable === 'function'"
+        )
+        for link in offline.eval_on_selector_all("a[href]", "as => as.map(a => a.href)"):
+            if link.startswith(f"{server.url}/sluice-docs/"):
+                assert offline.request.get(link).ok, link  # every page of the site it links to is served
+        offline.close()
+    # Only the site's own files, even logged in: sent as typed (browsers would resolve the dots).
+    conn = http.client.HTTPConnection(urlparse(server.url).netloc, timeout=30)
+    conn.request("GET", "/sluice-docs/%2e%2e/%2e%2e/reports/", headers={"Authorization": f"Bearer {api.token}"})
+    answer = conn.getresponse()
+    assert (answer.status, json.loads(answer.read())["detail"]) == (404, "no such page")
+    conn.close()
+    # Without Airflow's login, nothing.
+    with pytest.raises(urllib.error.HTTPError) as refused_page:
+        urllib.request.urlopen(server.url + href, timeout=30)
+    assert refused_page.value.code in (401, 403)

@@ -87,3 +87,18 @@ def test_a_report_reads_back_as_written(tmp_path) -> None:
     r = report(outcome("a", "critical", False, failed=1, checked=3, examples=["x"]))
     (tmp_path / "r.json").write_text(r.model_dump_json())
     assert read_report(tmp_path / "r.json") == r
+
+
+def test_the_page_the_airflow_button_opens(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sluice.records.validation import docs_site, site_page
+
+    monkeypatch.setenv("SLUICE_HOME", str(tmp_path / "home"))
+    site = docs_site()
+    page = site / "validations" / "sluice.p" / "date=2026-11-20" / "r.html"
+    assert site_page(page.as_uri()) == "validations/sluice.p/date=2026-11-20/r.html"
+    assert site_page((tmp_path / "elsewhere.html").as_uri()) is None  # outside the site: no button
+    one = report(outcome("r", "critical", True)).model_copy(update={"docs": (site / "index.html").as_uri()})
+    one.partitions[0].docs = page.as_uri()
+    assert one.page() == "validations/sluice.p/date=2026-11-20/r.html"  # the partition's own page
+    two = one.model_copy(update={"partitions": [*one.partitions, Partition(date="2026-11-21", rows=1, success=True)]})
+    assert two.page() == "index.html"  # several: the index

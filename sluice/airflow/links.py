@@ -1,0 +1,35 @@
+"""The "Data Docs" button of a quality DAG's validate task, and the operator that carries it.
+
+The validate task records the Data Docs page of what it validated (an XCom, pushed before the
+task passes or fails: a failed validation is when the page matters most); at the end of the
+task, Airflow asks :class:`DataDocsLink` for the URL and keeps it for the UI. The URL is
+served by Sluice's Airflow plugin (:mod:`sluice.airflow.plugin`), behind Airflow's login.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.providers.standard.operators.python import PythonOperator
+from airflow.sdk import BaseOperatorLink
+
+#: Where the plugin serves the Data Docs site, on Airflow's API server.
+URL_PREFIX = "/sluice-docs"
+#: The XCom holding the page's path inside the site.
+XCOM_KEY = "data_docs"
+
+
+class DataDocsLink(BaseOperatorLink):
+    name = "Data Docs"
+
+    def get_link(self, operator: Any, *, ti_key: Any) -> str:
+        from airflow.sdk.execution_time.xcom import XCom
+
+        page = XCom.get_value(ti_key=ti_key, key=XCOM_KEY)
+        return f"{URL_PREFIX}/{page}" if page else ""
+
+
+class ValidateOperator(PythonOperator):
+    """A Python task with the Data Docs button."""
+
+    operator_extra_links = (DataDocsLink(),)
