@@ -14,15 +14,17 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from py4j.protocol import Py4JJavaError
 from pyspark import StorageLevel
+from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
 from jobs import expectations
-from jobs.continuous import rules_fired
 from jobs.micro_batch import good
 from jobs.parse import flat_rows, parse, quarantine_rows, rescued_paths
+from sluice.errors import SluiceError, first_line
 from sluice.records.preview import Preview, RuleOutcome, Sampled
 from sluice.spec import Pipeline, flatten
 from sluice.spec.flatten import quote
@@ -62,6 +64,8 @@ def run(spark: SparkSession, pipeline: Pipeline, records: list[Sampled], source:
     checked = expectations.check(parse(raw, pipeline), pipeline).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         return _report(pipeline, checked, len(records), source)
+    except (PySparkException, Py4JJavaError) as exc:  # a rule Spark cannot run, a JVM that went away
+        raise SluiceError(f"{pipeline.name}: Spark could not run the preview: {first_line(exc)}") from None
     finally:
         checked.unpersist()
 
@@ -69,9 +73,6 @@ def run(spark: SparkSession, pipeline: Pipeline, records: list[Sampled], source:
 def _report(pipeline: Pipeline, checked: DataFrame, records_in: int, source: str) -> Preview:
     order = [flatten.KAFKA_TOPIC, flatten.KAFKA_PARTITION, flatten.KAFKA_OFFSET]
     flat = flat_rows(checked.filter(good()), pipeline)
-    continuous = pipeline.spec.continuous
-    if pipeline.spec.mode == "continuous" and continuous is not None:
-        flat = flat.withColumn("rules", rules_fired(continuous.rules))
     rejected = quarantine_rows(checked.filter(~good()), pipeline)
     report = Preview(
         pipeline.name,

@@ -155,10 +155,17 @@ def sample_plan(available: dict[tuple[str, int], tuple[int, int]], n: int) -> di
     return {tp: (available[tp][1] - k, available[tp][1]) for tp, k in counts.items() if k}
 
 
-def sample(bootstrap: str, topics: list[str], n: int, timeout: float = 30.0) -> list[Sampled]:
+def sample(
+    bootstrap: str, topics: list[str], n: int, isolation: str = "read_uncommitted", timeout: float = 30.0
+) -> list[Sampled]:
     """The newest ``n`` records of the topics (see :func:`sample_plan`), read without joining a
-    consumer group or committing an offset, oldest first per partition."""
-    consumer = Consumer(_conf(bootstrap, **{"group.id": "sluice-preview", "enable.auto.commit": False}))
+    consumer group or committing an offset, oldest first per partition.
+
+    ``isolation``: the stream's ``kafka.isolation.level`` (Spark reads uncommitted records by
+    default, librdkafka committed ones only). Raises KafkaException when the records do not
+    all arrive within ``timeout``: a shorter sample than asked would pass for the topic's."""
+    settings = {"group.id": "sluice-preview", "enable.auto.commit": False, "isolation.level": isolation}
+    consumer = Consumer(_conf(bootstrap, **settings))
     try:
         available = {}
         for topic in topics:
@@ -189,6 +196,11 @@ def sample(bootstrap: str, topics: list[str], n: int, timeout: float = 30.0) -> 
                 position = consumer.position([TopicPartition(tp[0], tp[1])])[0].offset
                 if position >= open_[tp][1]:
                     del open_[tp]
+        if open_:
+            missing = ", ".join(f"{t}[{p}]" for t, p in sorted(open_))
+            raise KafkaException(
+                f"read {len(out)} of the newest records in {timeout:.0f} s; still waiting for {missing}"
+            )
         return sorted(out, key=lambda r: (r.topic, r.partition, r.offset))
     finally:
         consumer.close()

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SPEC_MARKER = "<!-- sluice:spec-reference -->"
 CLI_MARKER = "<!-- sluice:cli-reference -->"
 MODULES_MARKER = "<!-- sluice:modules -->"
-#: The packages whose modules the architecture page lists, in its order.
+#: The folders whose modules the architecture page lists, in its order.
 PACKAGES = (
     "sluice/spec",
     "sluice/records",
@@ -37,6 +37,7 @@ PACKAGES = (
     "sluice/dev",
     "sluice",
     "jobs",
+    "benchmarks",
 )
 TOP = "PipelineSpec"
 

@@ -41,6 +41,11 @@ def records(pipeline: Pipeline, n: int, file: Path | None = None) -> tuple[list[
             f"{pipeline.name} reads a table, not Kafka: preview the pipeline that writes it, or query the "
             "table with sluice sql"
         )
+    if pipeline.spec.mode == "continuous":
+        raise InvalidInput(
+            f"{pipeline.name} is a continuous branch: its verdicts go to a topic, not a table, and sluice "
+            "preview shows a table's rows; preview the pipeline that reads its topic"
+        )
     src = pipeline.kafka
     if file is not None:
         topic = (src.topics or [src.topic_pattern or "file"])[0]
@@ -51,7 +56,7 @@ def records(pipeline: Pipeline, n: int, file: Path | None = None) -> tuple[list[
     )
     if not topics:
         raise NothingToDo(f"no topic matches {src.topic_pattern!r} on {src.bootstrap_servers}")
-    sampled = sample(src.bootstrap_servers, topics, n)
+    sampled = sample(src.bootstrap_servers, topics, n, src.options.get("kafka.isolation.level", "read_uncommitted"))
     return sampled, f"{', '.join(topics)} (the newest {len(sampled)} records)"
 
 
@@ -61,7 +66,7 @@ def preview(pipeline: Pipeline, n: int = 20, file: Path | None = None, master: s
         raise InvalidInput("-n: give at least 1 record")
     sampled, source = records(pipeline, n, file)
     if not sampled:
-        raise NothingToDo(f"{source.split(' (')[0]} has no records to preview")
+        raise NothingToDo(f"{file or ', '.join(pipeline.kafka.topics or [])} has no records to preview")
     from jobs.preview import run  # Spark starts only when there is something to show
     from jobs.session import local_session
 

@@ -129,7 +129,7 @@ class TableRule(_OneKind):
     freshness: Duration | None = None
     """The newest event time of the partition is no older than this."""
     no_unexpected_columns: bool = False
-    """The table has no column the spec does not make."""
+    """The table has exactly the columns the spec makes: none missing, none extra."""
     severity: Literal["critical", "warning"] = "critical"
     """A critical failure fails the validation (and its Airflow task); a warning is reported only."""
 
@@ -152,7 +152,8 @@ class Expectations(StrictModel):
     """Data-quality rules: on each row in the stream, and on the written table per date partition."""
 
     rows: dict[Name, RowRule] = Field(default_factory=dict)
-    """Rule name -> a check on each row, run in the stream."""
+    """Rule name -> a check on each row: in the stream (``warn``, ``drop`` or ``fail``), and again on the table by the
+    validation job (``drop`` and ``fail`` rules critical there, ``warn`` ones warnings)."""
     table: dict[Name, TableRule] = Field(default_factory=dict)
     """Rule name -> a check on the written table, run by the validation job."""
     validation: Validation = Validation()

@@ -221,7 +221,8 @@ class EventTime(StrictModel):
     field: str = Field(min_length=1)
     """The field (dotted path) that carries the event's time; a record without it is quarantined."""
     format: str = "iso8601"
-    """How to read it: ``iso8601``, ``date``, ``epoch_seconds``, ``epoch_millis``, or a Spark datetime pattern."""
+    """How to read it: ``iso8601``, ``date``, ``epoch_seconds``, ``epoch_millis``, ``epoch_micros``, or a Spark datetime
+    pattern."""
     accept: Accept = Accept()
     """Which event times are believable; the others are quarantined."""
 
@@ -267,15 +268,14 @@ class Sink(StrictModel):
     format: Literal["delta", "parquet", "kafka"] = "delta"
     """``delta`` (the default), ``parquet``, or ``kafka`` (continuous branches)."""
     path: str | None = Field(default=None, min_length=1)
-    """The table's location: relative to $SLUICE_HOME, an absolute path (with ``allow_external_paths``), or a URI
+    """The table's location: relative to $SLUICE_STORE (default: $SLUICE_HOME), an absolute path (with ``allow_external_paths``), or a URI
     such as ``s3a://bucket/tables/orders``."""
     quarantine_path: str | None = None
     """Where rejected records go, in the same format. Defaults to ``<path>_quarantine``."""
     topic: Topic | None = None
     """Kafka sinks: the topic for output records."""
-    """Kafka sinks: the topic for output records, and the one for rejected records."""
     quarantine_topic: Topic | None = None
-    """Kafka sinks: the topic for records that cannot be parsed, with their reason."""
+    """Kafka sinks: the topic for records that cannot be parsed, with their reason [default: ``<topic>-quarantine``]."""
     bootstrap_servers: str | None = None
     """Kafka sinks: the brokers to write to [default: the source's]."""
 
@@ -361,7 +361,7 @@ class Continuous(StrictModel):
     benchmarks/latency.py). Both deliver at least once."""
     checkpoint_interval: Duration | None = None
     """How often the long-running tasks record their offsets (the at-least-once boundary) [default: 1 second for
-    ``continuous``, 30 seconds for ``real_time``, at least 5 seconds]."""
+    ``continuous``, 30 seconds for ``real_time``, which takes at least 5 seconds]."""
     rules: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str] = Field(default_factory=dict)
     """Rule name -> SQL boolean over the flattened columns, e.g. ``amount > 2000``."""
     emit: Literal["flagged", "all"] = "flagged"

@@ -53,7 +53,7 @@ SHOWN = 40
 
 class Coerce(StrictModel):
     """A field's opt-ins (the spec's ``coerce.<field>``), each off by default: then a value
-    that does not fit the field's type exactly is a type mismatch (the table above)."""
+    that does not fit the field's type exactly is a type mismatch."""
 
     round: Literal["half_up"] | None = None
     """DECIMAL: more decimal places than the scale, rounded half up (as Spark rounds)."""

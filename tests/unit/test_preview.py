@@ -68,6 +68,12 @@ def test_a_pipeline_that_reads_a_table_is_refused_in_one_line() -> None:
         previews.records(derived, 20)
 
 
+def test_a_continuous_branch_is_refused_in_one_line() -> None:
+    branch = load_pipeline(ROOT / "pipelines" / "payments_fraud.yaml")
+    with pytest.raises(InvalidInput, match="is a continuous branch: its verdicts go to a topic, not a table"):
+        previews.records(branch, 20)
+
+
 def test_each_rule_says_what_the_stream_would_do() -> None:
     assert RuleOutcome("r", "warn", 10, 0).effect() == "passes"
     assert RuleOutcome("r", "warn", 10, 2).effect() == "2 record(s) written and counted as warned"
