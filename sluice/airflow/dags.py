@@ -26,11 +26,11 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk import DAG, Asset, AssetOrTimeSchedule, CronTriggerTimetable, Param, get_current_context, task
+from airflow.sdk import DAG, Asset, AssetOrTimeSchedule, CronTriggerTimetable, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from sluice.airflow import tasks
-from sluice.airflow.forms import ACTIONS, params, quality_params, scheduled_runs
+from sluice.airflow.forms import ACTIONS, endpoint_params, params, quality_params, scheduled_runs
 from sluice.airflow.links import ValidateOperator
 from sluice.spec import Continuous, Pipeline, SpecError, load_all
 from sluice.spec.continuous import ENGINES
@@ -217,21 +217,24 @@ def sql_endpoint_dag() -> DAG:
             "### SQL endpoint\n\nSpark's Thrift JDBC/ODBC server on the catalog of every pipeline's tables "
             "(database `sluice`), read-only. Scheduled runs **supervise**: start it unless it runs or was "
             "stopped on purpose; a hung one is restarted. Trigger with a config to **start**, **stop** or "
-            "**restart** it. Where it listens and how clients log in come from the worker's `SLUICE_SQL_*` "
-            "settings; see docs/query.md, Query the tables."
+            "**restart** it, where the form says: its port, address and logins (empty: the worker's `SLUICE_SQL_*` "
+            "settings). Scheduled runs keep it as it was last started. See docs/query.md, Query the tables."
         ),
         schedule="*/5 * * * *",
         start_date=START_DATE,
         catchup=False,
         max_active_runs=1,
         default_args={"owner": "sluice", "retries": 1, "retry_delay": timedelta(seconds=30)},
-        params={"action": Param("supervise", enum=["supervise", "start", "stop", "restart"], title="Action")},
+        params=endpoint_params(),
         tags=["sluice", "sql"],
     ) as dag:
 
         @task(task_id="endpoint")
         def endpoint() -> None:
-            tasks.sql_endpoint(str(get_current_context()["params"]["action"]))
+            params = get_current_context()["params"]
+            tasks.sql_endpoint(
+                str(params["action"]), port=params.get("port"), host=params.get("host"), auth=params.get("auth")
+            )
 
         endpoint()
     return dag

@@ -160,3 +160,41 @@ def launch_options(pipeline: Pipeline, params: dict[str, Any]) -> dict[str, Any]
         "available_now": trigger == "available_now",
         "processing_time": interval if trigger == "processing_time" else None,
     }
+
+
+def endpoint_params() -> dict[str, Param]:
+    """The SQL endpoint's form: what to do, and where a start or restart serves it. Empty
+    settings are the worker's (``SLUICE_SQL_*``); scheduled runs keep the endpoint as it was
+    last started, so changing its port is a restart from here, not a restart of Airflow."""
+    section = "Where it listens (start and restart; empty: the worker's SLUICE_SQL_* settings)"
+    return {
+        "action": Param(
+            "supervise",
+            enum=["supervise", "start", "stop", "restart"],
+            title="Action",
+            description="supervise: start it unless it runs or was stopped on purpose, with the settings it was "
+            "last started with. start, restart: with the settings below.",
+        ),
+        "port": optional(
+            "integer",
+            # Nested, as the offsets': the form's number field clamps to a top-level bound without a word.
+            allOf=[{"minimum": 1, "maximum": 65535}],
+            title="Port",
+            description="The JDBC/ODBC port clients connect to.",
+            section=section,
+        ),
+        "host": optional(
+            "string",
+            pattern=r"^[A-Za-z0-9.:-]+$",
+            title="Address to bind",
+            description="127.0.0.1 for this host only; another address needs password logins.",
+            section=section,
+        ),
+        "auth": optional(
+            "string",
+            enum=[None, "none", "password"],
+            title="Logins",
+            description="none, or password (users from `sluice sql passwd USER`).",
+            section=section,
+        ),
+    }

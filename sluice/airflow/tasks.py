@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import get_current_context
@@ -121,9 +122,10 @@ def control(spec_path: str, action: str) -> None:
                 _log_started(done.started, target.master)
 
 
-def sql_endpoint(action: str) -> None:
-    """supervise (start unless running or stopped on purpose), start, stop or restart the
-    SQL endpoint, with the settings of this worker's environment (``SLUICE_SQL_*``)."""
+def sql_endpoint(action: str, *, port: int | None = None, host: str | None = None, auth: str | None = None) -> None:
+    """supervise (start unless running or stopped on purpose, as it was last started), start,
+    stop or restart the SQL endpoint; a start takes the form's settings, and this worker's
+    environment (``SLUICE_SQL_*``) for those left empty."""
     from sluice.airflow.target import AirflowTarget
     from sluice.ops import sql
     from sluice.ops.stream import log_tail
@@ -133,7 +135,10 @@ def sql_endpoint(action: str) -> None:
     if action == "supervise" and _left_to_a_waiting_run("SQL endpoint", "endpoint"):
         return
     with as_task_state():
-        target, endpoint = AirflowTarget(), Endpoint.from_env()
+        worker = Endpoint.from_env()
+        target, endpoint = AirflowTarget(), replace(worker, port=port or worker.port, host=host or worker.host)
+        if auth:
+            endpoint = replace(endpoint, auth="password" if auth == "password" else "none")
         if action in ("stop", "restart"):
             log.info("%s", sql.stop(by=by))
         if action == "stop":

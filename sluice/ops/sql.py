@@ -20,7 +20,7 @@ from sluice.errors import AlreadyRunning, InvalidInput, StartFailed
 from sluice.ops.stream import alive, launch_detached, log_tail, process_named, terminate
 from sluice.ops.submit import endpoint_submission
 from sluice.ops.target import SparkTarget
-from sluice.records.endpoint import NAME, EndpointStatus
+from sluice.records.endpoint import NAME, EndpointStatus, read_requested, save_requested
 from sluice.records.run import Driver
 from sluice.sql import passwords
 from sluice.sql.client import EndpointSession, SqlSession
@@ -80,6 +80,7 @@ def serve(target: SparkTarget, endpoint: Endpoint, *, by: str, timeout: float = 
     if _listening(endpoint.client_host, endpoint.port):
         raise InvalidInput(f"port {endpoint.port} on {endpoint.host} is taken: choose another with --port")
     command, env = target.launch_command(endpoint_submission(endpoint, master=target.master))
+    save_requested(asdict(endpoint))
     driver = launch_detached(NAME, command, env, launched_by=by)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -130,10 +131,18 @@ def status() -> EndpointReport:
     return EndpointReport(running() is not None, driver.desired if driver else None, EndpointStatus.read(), driver)
 
 
+def requested() -> Endpoint | None:
+    """The settings the endpoint was last started with, by any host; None before its first start."""
+    data = read_requested()
+    return Endpoint(**{k: v for k, v in data.items() if k in Endpoint.__dataclass_fields__}) if data else None
+
+
 def keep_up(target: SparkTarget, endpoint: Endpoint, *, by: str) -> Served | None:
     """One supervision pass: start the endpoint unless it runs, is starting, or was stopped on
     purpose. A hung one (alive but silent) is terminated and started again; that is not a stop
-    on purpose, so the next pass keeps it up too."""
+    on purpose, so the next pass keeps it up too. ``endpoint``: the settings for a first start;
+    after that, the endpoint is started again as it was last asked (:func:`requested`)."""
+    endpoint = requested() or endpoint
     driver = Driver.read(NAME)
     if driver is not None and driver.desired == "stopped":
         return None

@@ -5,7 +5,7 @@ Airflow DAG that keeps it up, and ``sluice sql`` to find it."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Self
+from typing import Any, Self
 
 from sluice.records.run import known_fields
 from sluice.state import store
@@ -36,3 +36,13 @@ class EndpointStatus:
 
     def save(self) -> None:
         store().put("endpoint", NAME, asdict(self))
+
+
+def read_requested() -> dict[str, Any] | None:
+    """How the endpoint was last asked to be served (host, port, auth, allow_writes): what a
+    scheduled supervision starts it with again, on whichever host it runs."""
+    return store().get("requested", NAME)
+
+
+def save_requested(settings: dict[str, Any]) -> None:
+    store().put("requested", NAME, settings)

@@ -39,7 +39,7 @@ import psutil
 from sluice.errors import SluiceError
 
 #: The records actions and jobs share, each keyed by a pipeline's (or the endpoint's) name.
-Kind = Literal["driver", "status", "failures", "published", "endpoint"]
+Kind = Literal["driver", "status", "failures", "published", "endpoint", "requested"]
 Role = Literal["checkpoint", "stream", "backfill", "name", "commit"]
 
 #: How long a lease lasts without a heartbeat (seconds): the longest a driver on a lost or

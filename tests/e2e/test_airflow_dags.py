@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 
 import pytest
 
@@ -68,6 +70,9 @@ def test_every_shipped_spec_yields_its_dags(airflow, tmp_path) -> None:
     )
     assert set(bag["dags"]) == expected
     assert "sluice_payments_quality" in expected
+    endpoint = bag["dags"]["sluice_sql_endpoint"]["params"]  # its port is a setting of the DAG's form
+    assert endpoint["port"]["allOf"] == [{"minimum": 1, "maximum": 65535}] and "minimum" not in endpoint["port"]
+    assert endpoint["auth"]["enum"] == [None, "none", "password"]
     assert {"sluice_github_pushes", "sluice_github_sessions"} <= expected
     for p in pipelines:
         dag = bag["dags"][f"sluice_{p.name}"]
@@ -191,13 +196,15 @@ def test_the_airflow_target_builds_the_local_command_through_the_provider(airflo
 
 
 def test_the_sql_endpoint_dag_keeps_the_endpoint_up_unless_stopped_on_purpose(airflow, tmp_path) -> None:
+    """Started from the form on a port of its own, kept up on it after a crash (not on the
+    worker's SLUICE_SQL_PORT), moved by a restart from the form, left alone once stopped."""
     from sluice.dev.ports import free_port
     from sluice.ops import sql
 
-    port = free_port()
-    env = {"SLUICE_PIPELINES": str(tmp_path), "SLUICE_SQL_PORT": str(port)}
+    port, moved, workers = free_port(), free_port(), free_port()
+    env = {"SLUICE_PIPELINES": str(tmp_path), "SLUICE_SQL_PORT": str(workers)}
     try:
-        up = airflow.dags_test("sluice_sql_endpoint", {"action": "supervise"}, env=env)
+        up = airflow.dags_test("sluice_sql_endpoint", {"action": "start", "port": port}, env=env)
         assert up.state == "success", up.log[-3000:]
         # No pipeline here; the event log (sluice_events) is served once any stream has written it.
         assert re.search(r"launched the SQL endpoint on local\[2\]: serving [01] table\(s\)", up.log), up.log[-3000:]
@@ -205,6 +212,19 @@ def test_the_sql_endpoint_dag_keeps_the_endpoint_up_unless_stopped_on_purpose(ai
         assert running is not None and running.port == port and not running.allow_writes
         again = airflow.dags_test("sluice_sql_endpoint", {"action": "supervise"}, env=env)
         assert again.state == "success" and "the SQL endpoint is up" in again.log
+
+        restarted = airflow.dags_test("sluice_sql_endpoint", {"action": "restart", "port": moved}, env=env)
+        assert restarted.state == "success", restarted.log[-3000:]
+        running = sql.running()
+        assert running is not None and running.port == moved
+        proc = sql.endpoint_process()
+        assert proc is not None
+        os.killpg(os.getpgid(proc.pid), signal.SIGKILL)  # a crash, not a stop on purpose
+        revived = airflow.dags_test("sluice_sql_endpoint", {"action": "supervise"}, env=env)
+        assert revived.state == "success" and "launched the SQL endpoint" in revived.log, revived.log[-3000:]
+        running = sql.running()
+        assert running is not None and running.port == moved  # as last started, not the worker's port
+
         stopped = airflow.dags_test("sluice_sql_endpoint", {"action": "stop"}, env=env)
         assert stopped.state == "success" and "stopped the SQL endpoint" in stopped.log
         assert sql.running() is None

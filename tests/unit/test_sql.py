@@ -165,6 +165,22 @@ def test_supervision_leaves_an_endpoint_stopped_on_purpose_alone(tmp_path: Path,
     assert sql.status().desired == "stopped" and not sql.status().up
 
 
+def test_supervision_starts_the_endpoint_as_it_was_last_asked(tmp_path: Path, monkeypatch) -> None:
+    from dataclasses import asdict
+
+    from sluice.ops import sql
+    from sluice.ops.target import LocalTarget
+    from sluice.records.endpoint import save_requested
+
+    monkeypatch.setenv("SLUICE_HOME", str(tmp_path))
+    assert sql.requested() is None  # never started: the worker's settings
+    with pytest.raises(InvalidInput, match="no passwords"):  # refused before anything is recorded
+        sql.serve(LocalTarget(), Endpoint("0.0.0.0", 10000, "none"), by="test")
+    assert sql.requested() is None
+    save_requested(asdict(Endpoint("127.0.0.1", 10042, "none")) | {"from_an_older_version": 1})
+    assert sql.requested() == Endpoint("127.0.0.1", 10042, "none")
+
+
 def test_the_metastore_password_comes_from_a_file_only(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("SLUICE_METASTORE_URL", "jdbc:postgresql://db:5432/hive")
     monkeypatch.delenv("SLUICE_METASTORE_PASSWORD_FILE", raising=False)
