@@ -42,8 +42,7 @@ log = logging.getLogger("sluice.continuous")
 SINK_OPTIONS = {"kafka.linger.ms": "0", "kafka.acks": "all"}
 
 
-def rules_fired(rules: dict[str, str]) -> Column:
-    """The names of the rules a record makes true (an empty array when none)."""
+def _rules_fired(rules: dict[str, str]) -> Column:
     if not rules:
         return F.array().cast("array<string>")
     fired = [F.when(F.coalesce(F.expr(expr), F.lit(False)), F.lit(name)) for name, expr in rules.items()]
@@ -65,7 +64,7 @@ def verdicts(parsed: DataFrame, pipeline: Pipeline) -> DataFrame:
         F.col("offset").alias(flatten.KAFKA_OFFSET),
         F.col("timestamp").alias(flatten.KAFKA_TIMESTAMP),
         F.col(q.EVENT_TS).alias(flatten.EVENT_TIME),
-    ).withColumn("rules", rules_fired(c.rules))
+    ).withColumn("rules", _rules_fired(c.rules))
     flat = flat.withColumn("flagged", F.size("rules") > 0)
 
     good = F.col(REASON).isNull()

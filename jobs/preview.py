@@ -3,7 +3,7 @@
 The sample becomes a DataFrame shaped as Spark's Kafka source delivers records, and goes
 through the same functions as a micro-batch: :func:`jobs.parse.parse`, the row rules
 (:func:`jobs.expectations.check`), and the split into flat rows and quarantined records.
-Nothing is cached, written or committed; the result is plain Python
+Nothing is written or committed; the result is plain Python
 (:class:`sluice.records.preview.Preview`).
 """
 
@@ -72,7 +72,8 @@ def run(spark: SparkSession, pipeline: Pipeline, records: list[Sampled], source:
 
 def _report(pipeline: Pipeline, checked: DataFrame, records_in: int, source: str) -> Preview:
     order = [flatten.KAFKA_TOPIC, flatten.KAFKA_PARTITION, flatten.KAFKA_OFFSET]
-    flat = flat_rows(checked.filter(good()), pipeline)
+    kept = checked.filter(good())
+    flat = flat_rows(kept, pipeline)
     rejected = quarantine_rows(checked.filter(~good()), pipeline)
     report = Preview(
         pipeline.name,
@@ -80,7 +81,7 @@ def _report(pipeline: Pipeline, checked: DataFrame, records_in: int, source: str
         records_in,
         rows=rows_as_json(flat.orderBy(*order)),
         quarantined=[r.asDict() for r in rejected.select(*order, "reason", "raw_text").orderBy(*order).collect()],
-        rescued=rescued_paths(checked.filter(good()), TOP_RESCUED),
+        rescued=rescued_paths(kept, TOP_RESCUED),
         columns=flat.columns,
     )
     counts = expectations.count_columns(pipeline)

@@ -44,13 +44,13 @@ def page(path: str) -> Response:
         raise HTTPException(404, "no such page")
     site = docs_site()
     file = site.joinpath(*parts)
-    if file.is_file() and not file.resolve().is_relative_to(site.resolve()):
-        raise HTTPException(404, "no such page")  # a link inside the site to a file outside it
     if not file.is_file():
         raise HTTPException(
             404,
             f"no Data Docs page {path} in {site} on this host: validations write their pages where they run",
         )
+    if not file.resolve().is_relative_to(site.resolve()):
+        raise HTTPException(404, "no such page")  # a link inside the site to a file outside it
     kind = mimetypes.guess_type(file.name)[0] or "application/octet-stream"
     return Response(file.read_bytes(), media_type=kind, headers={"X-Content-Type-Options": "nosniff"})
 

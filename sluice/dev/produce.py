@@ -107,13 +107,20 @@ def synthetic(generator: EventGenerator, count: int, bad_fraction: float = 0.0) 
         yield generator.record(bad_fraction)
 
 
-def read_ndjson(path: Path, stats: Counter[str] | None = None) -> Iterator[Record]:
-    """Each non-blank line of the file, as it is (the pipeline judges it, not the reader)."""
+def ndjson_lines(path: Path, stats: Counter[str] | None = None) -> Iterator[tuple[int, bytes]]:
+    """Each non-blank line of the file with its line number, as it is but for its line ending
+    (the pipeline judges it, not the reader)."""
     with path.open("rb") as fh:
-        for line in fh:
+        for number, line in enumerate(fh, start=1):
             line = line.rstrip(b"\r\n")
             if not line.strip():
                 if stats is not None:
                     stats["blank lines skipped"] += 1
                 continue
-            yield Record(line, "replayed", None)
+            yield number, line
+
+
+def read_ndjson(path: Path, stats: Counter[str] | None = None) -> Iterator[Record]:
+    """Each non-blank line of the file, as ``sluice replay`` sends it."""
+    for _, line in ndjson_lines(path, stats):
+        yield Record(line, "replayed", None)

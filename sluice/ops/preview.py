@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import re
 import time
+from itertools import islice
 from pathlib import Path
 
+from sluice.dev.produce import ndjson_lines
 from sluice.errors import InvalidInput, NothingToDo
 from sluice.records.preview import Preview, Sampled
 from sluice.spec import Pipeline
@@ -23,15 +25,7 @@ def from_file(path: Path, topic: str, n: int) -> list[Sampled]:
     if not path.is_file():
         raise InvalidInput(f"{path}: no such file")
     now = int(time.time() * 1000)
-    out = []
-    with path.open("rb") as fh:
-        for number, line in enumerate(fh, start=1):
-            line = line.rstrip(b"\r\n")
-            if line.strip():
-                out.append(Sampled(topic, 0, number, now, None, line))
-                if len(out) == n:
-                    break
-    return out
+    return [Sampled(topic, 0, number, now, None, line) for number, line in islice(ndjson_lines(path), n)]
 
 
 def records(pipeline: Pipeline, n: int, file: Path | None = None) -> tuple[list[Sampled], str]:
@@ -50,6 +44,8 @@ def records(pipeline: Pipeline, n: int, file: Path | None = None) -> tuple[list[
     if file is not None:
         topic = (src.topics or [src.topic_pattern or "file"])[0]
         lines = from_file(file, topic, n)
+        if not lines:
+            raise NothingToDo(f"{file} has no records to preview")
         return lines, f"{file} (its first {len(lines)} records; offsets are line numbers)"
     topics = src.topics or sorted(
         t for t in list_topics(src.bootstrap_servers) if re.fullmatch(str(src.topic_pattern), t)
@@ -57,6 +53,8 @@ def records(pipeline: Pipeline, n: int, file: Path | None = None) -> tuple[list[
     if not topics:
         raise NothingToDo(f"no topic matches {src.topic_pattern!r} on {src.bootstrap_servers}")
     sampled = sample(src.bootstrap_servers, topics, n, src.options.get("kafka.isolation.level", "read_uncommitted"))
+    if not sampled:
+        raise NothingToDo(f"{', '.join(topics)} has no records to preview")
     return sampled, f"{', '.join(topics)} (the newest {len(sampled)} records)"
 
 
@@ -65,8 +63,6 @@ def preview(pipeline: Pipeline, n: int = 20, file: Path | None = None, master: s
     if n < 1:
         raise InvalidInput("-n: give at least 1 record")
     sampled, source = records(pipeline, n, file)
-    if not sampled:
-        raise NothingToDo(f"{file or ', '.join(pipeline.kafka.topics or [])} has no records to preview")
     from jobs.preview import run  # Spark starts only when there is something to show
     from jobs.session import local_session
 

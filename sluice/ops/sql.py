@@ -21,7 +21,7 @@ from sluice.ops.stream import alive, launch_detached, log_tail, process_named, t
 from sluice.ops.submit import endpoint_submission
 from sluice.ops.target import SparkTarget
 from sluice.records.endpoint import NAME, EndpointStatus, read_requested, save_requested
-from sluice.records.run import Driver
+from sluice.records.run import Driver, known_fields
 from sluice.sql import passwords
 from sluice.sql.client import EndpointSession, SqlSession
 from sluice.sql.settings import Endpoint, password_file
@@ -134,7 +134,7 @@ def status() -> EndpointReport:
 def requested() -> Endpoint | None:
     """The settings the endpoint was last started with, by any host; None before its first start."""
     data = read_requested()
-    return Endpoint(**{k: v for k, v in data.items() if k in Endpoint.__dataclass_fields__}) if data else None
+    return Endpoint(**known_fields(Endpoint, data)) if data else None
 
 
 def keep_up(target: SparkTarget, endpoint: Endpoint, *, by: str) -> Served | None:
