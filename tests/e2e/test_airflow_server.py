@@ -62,6 +62,15 @@ class Api:
             time.sleep(2)
         pytest.fail(f"timed out waiting for {what}\n{log.read_text()[-4000:]}")
 
+    def finished(self, what: str, run_path: str, timeout: float, log) -> str:
+        """The state a DAG run ends in (success or failed), once it has."""
+
+        def ended() -> str | None:
+            state = self.call("GET", run_path)[1]["state"]
+            return state if state in ("success", "failed") else None
+
+        return self.wait(what, ended, timeout, log)
+
 
 @dataclass
 class Server:
@@ -136,12 +145,7 @@ def test_trigger_through_the_rest_api(airflow, server, broker, spark) -> None:
     )
     assert status == 200, run
     run_path = f"{dag}/dagRuns/{run['dag_run_id']}"
-    state = api.wait(
-        "the run to finish",
-        lambda: (s := api.call("GET", run_path)[1]["state"]) in ("success", "failed") and s,
-        420,
-        log,
-    )
+    state = api.finished("the run to finish", run_path, 420, log)
     assert state == "success", log.read_text()[-4000:]
     tasks = {t["task_id"]: t["state"] for t in api.call("GET", f"{run_path}/taskInstances")[1]["task_instances"]}
     assert tasks["start"] == "success" and tasks["supervise"] == tasks["stop"] == tasks["backfill"] == "skipped"
@@ -149,14 +153,7 @@ def test_trigger_through_the_rest_api(airflow, server, broker, spark) -> None:
     scheduled = [r for r in api.call("GET", f"{dag}/dagRuns")[1]["dag_runs"] if r["run_type"] == "scheduled"]
     assert scheduled, "unpausing queued no scheduled run: this test no longer reproduces the form"
     for r in scheduled:  # it ran first (earlier run_after) and left the stream to the user's run
-        state = api.wait(
-            "the scheduled run to finish",
-            lambda r=r: (
-                (s := api.call("GET", f"{dag}/dagRuns/{r['dag_run_id']}")[1]["state"]) in ("success", "failed") and s
-            ),
-            240,
-            log,
-        )
+        state = api.finished("the scheduled run to finish", f"{dag}/dagRuns/{r['dag_run_id']}", 240, log)
         assert state == "success", log.read_text()[-4000:]
         said = json.dumps(
             api.call("GET", f"{dag}/dagRuns/{r['dag_run_id']}/taskInstances/supervise/logs/1?full_content=true")[1]
@@ -171,12 +168,7 @@ def test_trigger_through_the_rest_api(airflow, server, broker, spark) -> None:
         status, run = api.call("POST", f"{dag}/dagRuns", {"logical_date": None, "conf": conf})
         assert status == 200, run
         run_path = f"{dag}/dagRuns/{run['dag_run_id']}"
-        got = api.wait(
-            f"the {conf} run to finish",
-            lambda run_path=run_path: (s := api.call("GET", run_path)[1]["state"]) in ("success", "failed") and s,
-            240,
-            log,
-        )
+        got = api.finished(f"the {conf} run to finish", run_path, 240, log)
         tasks = {t["task_id"]: t["state"] for t in api.call("GET", f"{run_path}/taskInstances")[1]["task_instances"]}
         assert (got, tasks["plan_backfill"], tasks["backfill"]) == (state, plan, backfill), (conf, tasks)
         assert tasks["publish"] in ("skipped", "upstream_failed"), tasks  # no asset event
@@ -344,12 +336,7 @@ def test_the_trigger_form_in_chromium(airflow, server, broker, spark) -> None:
         status, checked = api.call("POST", f"{quality}/dagRuns", {"logical_date": None, "conf": {}})
         assert status == 200, checked
         run_path = f"{quality}/dagRuns/{checked['dag_run_id']}"
-        state = api.wait(
-            "the validation",
-            lambda: (s := api.call("GET", run_path)[1]["state"]) in ("success", "failed") and s,
-            420,
-            log,
-        )
+        state = api.finished("the validation", run_path, 420, log)
         assert state == "success", log.read_text()[-4000:]
         links = api.call("GET", f"{run_path}/taskInstances/validate/links")[1]
         assert links["extra_links"]["Data Docs"].startswith("/sluice-docs/validations/"), links
