@@ -28,7 +28,8 @@ from pyspark.sql import SparkSession
 
 from jobs import fence
 from jobs.lifecycle import configure_logging, stop_on_signals
-from jobs.modes import mode_of
+from jobs.lineage import StreamLineage
+from jobs.modes import RunMode, mode_of
 from jobs.status import StatusReporter
 from sluice.errors import root_cause
 from sluice.records import locks
@@ -139,9 +140,29 @@ def _drive(
     if rebuild and (not mode.rebuilds or backfill is not None):
         log.error("%s: only a pipeline that reads another pipeline's table is rebuilt", pipeline.name)
         return 2
-    reporter = StatusReporter(spark, pipeline.name) if backfill is None else None
+    lineage = StreamLineage.for_driver(pipeline, spark.version) if backfill is None else None
+    reporter = StatusReporter(spark, pipeline.name, lineage) if backfill is None else None
     if reporter is not None:
         reporter.report("starting")
+    try:
+        return _supervised(spark, pipeline, mode, reporter, backfill, available_now, processing_time, rebuild, stop)
+    finally:
+        if lineage is not None:
+            lineage.close()
+
+
+def _supervised(
+    spark: SparkSession,
+    pipeline: Pipeline,
+    mode: RunMode,
+    reporter: StatusReporter | None,
+    backfill: BackfillPlan | None,
+    available_now: bool,
+    processing_time: str | None,
+    rebuild: bool,
+    stop: threading.Event,
+) -> int:
+    """Run the stream in its mode; the driver's exit code, each failure said in one line."""
     error: Exception | None
     try:
         mode.refuse(backfill, available_now, processing_time)

@@ -19,6 +19,7 @@ from pyspark.sql.streaming import StreamingQuery
 from jobs import fence
 from jobs.batches import last_committed
 from jobs.events import WriterCounts
+from jobs.lineage import StreamLineage
 from sluice.errors import SluiceError, root_cause
 from sluice.records.run import Failures, Status
 
@@ -78,9 +79,12 @@ def run_summary(progress: list[Any], counts: dict[int, WriterCounts] | None = No
 
 
 class StatusReporter:
-    def __init__(self, spark: SparkSession, name: str) -> None:
+    def __init__(self, spark: SparkSession, name: str, lineage: StreamLineage | None = None) -> None:
         sc = spark.sparkContext
         self.name, self.app_id, self.ui = name, sc.applicationId, sc.uiWebUrl
+        #: The run's OpenLineage events, told each state reported here (None: not configured).
+        self.lineage = lineage
+        self.records_read, self.counted_upto = 0, -1
         #: batch id -> its counts, from the batch writer (see jobs.events.WriterCounts).
         self.counts: dict[int, WriterCounts] = {}
         failures = Failures.read(name)
@@ -102,6 +106,23 @@ class StatusReporter:
             status.save(fence=fence.lease())
         except SluiceError as exc:  # lost, or the store did not answer: the lease keeper acts on it
             log.warning("%s: status not reported: %s", self.name, exc)
+        if self.lineage is not None:
+            try:
+                self.lineage.observe(state, self._records_read(query), error)
+            except Exception as exc:  # lineage is never a reason to stop a stream
+                log.warning("%s: no OpenLineage %s event: %s", self.name, state, exc)
+
+    def _records_read(self, query: StreamingQuery | None) -> int | None:
+        """The records this driver's batches read, in all (None before a batch ran: a continuous
+        query has none). The writer keeps only recent batches' counts, in a dict its thread
+        changes: a copy is read, and each batch is added once."""
+        if query is None or not query.lastProgress:
+            return None
+        for batch, counts in sorted(list(self.counts.items())):
+            if batch > self.counted_upto:
+                self.records_read += counts.records_in
+                self.counted_upto = batch
+        return self.records_read
 
     def failed(self, spark: SparkSession, checkpoint_path: str, error: str, query: StreamingQuery | None = None) -> str:
         """Report the failure's root cause, and count it against the batch a restart runs

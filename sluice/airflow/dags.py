@@ -31,6 +31,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from sluice.airflow import tasks
 from sluice.airflow.forms import ACTIONS, endpoint_params, params, quality_params, scheduled_runs
+from sluice.airflow.lineage import PipelineOperator
 from sluice.airflow.links import ValidateOperator
 from sluice.spec import Continuous, Pipeline, SpecError, load_all
 from sluice.spec.continuous import ENGINES
@@ -120,11 +121,16 @@ def pipeline_dag(pipeline: Pipeline) -> DAG:
             return "plan_backfill" if action == "backfill" else str(action)
 
         def stream_task(action: str) -> Any:
-            @task(task_id=action)
-            def act() -> None:
-                tasks.control(spec_path, action)
+            if action == "stop":  # touches no data: no lineage to report
 
-            return act()
+                @task(task_id=action)
+                def act() -> None:
+                    tasks.control(spec_path, action)
+
+                return act()
+            return PipelineOperator(
+                task_id=action, python_callable=tasks.control, op_args=[spec_path, action], spec_path=spec_path
+            )
 
         done = [stream_task(action) for action in ACTIONS if action != "backfill"]
         branches = list(done)
@@ -134,13 +140,16 @@ def pipeline_dag(pipeline: Pipeline) -> DAG:
             def plan_backfill() -> str:
                 return tasks.plan_backfill(spec_path)
 
-            @task(task_id="backfill")
-            def backfill(plan: str) -> None:
-                tasks.run_backfill(spec_path, plan)
-
             planned = plan_backfill()
             branches.append(planned)
-            done.append(backfill(planned))
+            done.append(
+                PipelineOperator(
+                    task_id="backfill",
+                    python_callable=tasks.run_backfill,
+                    op_args=[spec_path, planned],
+                    spec_path=spec_path,
+                )
+            )
 
         @task(task_id="publish", outlets=[asset], trigger_rule="none_failed_min_one_success")
         def publish() -> dict[str, int]:
@@ -170,12 +179,13 @@ def maintenance_dag(pipeline: Pipeline) -> DAG:
         default_args={"owner": s.owner, "retries": 1, "retry_delay": timedelta(minutes=5)},
         tags=sorted({"sluice", "maintenance", s.sink.format, *s.tags}),
     ) as dag:
-
-        @task(task_id="optimize_and_vacuum")
-        def optimize_and_vacuum() -> None:
-            tasks.maintain(spec_path)
-
-        optimize_and_vacuum()
+        PipelineOperator(
+            task_id="optimize_and_vacuum",
+            python_callable=tasks.maintain,
+            op_args=[spec_path],
+            spec_path=spec_path,
+            touches="rewrites_tables",
+        )
     return dag
 
 
@@ -203,7 +213,13 @@ def quality_dag(pipeline: Pipeline) -> DAG:
         params=quality_params(pipeline),
         tags=sorted({"sluice", "quality", s.sink.format, *s.tags}),
     ) as dag:
-        ValidateOperator(task_id="validate", python_callable=tasks.validate, op_args=[spec_path])
+        ValidateOperator(
+            task_id="validate",
+            python_callable=tasks.validate,
+            op_args=[spec_path],
+            spec_path=spec_path,
+            touches="reads_tables",
+        )
     return dag
 
 

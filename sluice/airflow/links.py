@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import BaseOperatorLink
+
+from sluice.airflow.lineage import PipelineOperator
 
 #: Where the plugin serves the Data Docs site, on Airflow's API server.
 URL_PREFIX = "/sluice-docs"
@@ -29,7 +30,7 @@ class DataDocsLink(BaseOperatorLink):
         return f"{URL_PREFIX}/{page}" if page else ""
 
 
-class ValidateOperator(PythonOperator):
-    """A Python task with the Data Docs button."""
+class ValidateOperator(PipelineOperator):
+    """The quality task: it reads the pipeline's tables, and has the Data Docs button."""
 
     operator_extra_links = (DataDocsLink(),)

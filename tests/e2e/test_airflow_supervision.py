@@ -1,6 +1,6 @@
 """Airflow runs a pipeline's life with `airflow dags test` on the real broker, Spark and Delta:
 start, backfill what the stream skipped, survive a killed driver, fail loudly on a stall,
-stop gracefully and stay stopped."""
+stop gracefully and stay stopped; and the lineage of it all reaches an OpenLineage receiver."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from sluice.ops import stream
 from sluice.records.run import Driver, Status
 from sluice.spec import Pipeline
 from tests.fixtures import audit_totals, make_pipeline, new_topic
+from tests.lineage_receiver import Receiver
 
 pytestmark = [pytest.mark.e2e, pytest.mark.chaos]
 
@@ -48,6 +49,12 @@ def test_start_backfill_kill_supervise_stall_stop(airflow, broker, spark, tmp_pa
     # past max_stall, 15 s): past its lease a paused driver is taken over, as the pause drills
     # test. The default 30 s left too little room for `airflow dags test` on a busy machine.
     monkeypatch.setenv("SLUICE_LEASE_TTL", "90")
+    # One setting on the host turns on both: Airflow's OpenLineage provider for the tasks, and
+    # the stream drivers the tasks start (they inherit it), here with a RUNNING every second.
+    receiver = Receiver()
+    request.addfinalizer(receiver.close)
+    monkeypatch.setenv("OPENLINEAGE_URL", receiver.url)
+    monkeypatch.setenv("SLUICE_LINEAGE_INTERVAL", "1")
     topic = new_topic(broker, partitions=2)
     pipeline = make_pipeline(
         airflow.pipelines,
@@ -136,3 +143,62 @@ def test_start_backfill_kill_supervise_stall_stop(airflow, broker, spark, tmp_pa
     assert "OPTIMIZE date >=" in run.log and "VACUUM RETAIN 168 HOURS" in run.log
     assert files() < before
     assert read_table(spark, "delta", pipeline.sink_path).count() == 470
+
+    check_lineage(receiver, pipeline)
+
+
+def stat(dataset: dict) -> int:
+    """The records the run had read (no count before its first batch)."""
+    return (dataset.get("inputFacets") or {}).get("inputStatistics", {}).get("rowCount", 0)
+
+
+def check_lineage(receiver: Receiver, pipeline: Pipeline) -> None:
+    """What the receiver got from the life above: every event valid, the tasks' datasets, and
+    the stream's two runs (the killed driver's and its successor's)."""
+    table, quarantine = ("file", pipeline.sink_path), ("file", pipeline.quarantine_path)
+    topic = (f"kafka://{pipeline.kafka.bootstrap_servers.split(',')[0]}", pipeline.kafka.topics[0])
+
+    def names(datasets: list[dict]) -> list[tuple[str, str]]:
+        return [(d["namespace"], d["name"]) for d in datasets]
+
+    def task_events() -> dict[str, list[dict]]:
+        out: dict[str, list[dict]] = {}
+        for e in receiver.events:
+            out.setdefault(e["job"]["name"], []).append(e)
+        return out
+
+    wanted = ["sluice_lifecycle.start", "sluice_lifecycle.backfill", "sluice_lifecycle_maintenance.optimize_and_vacuum"]
+    deadline = time.monotonic() + 60
+    while not all(any(e["eventType"] == "COMPLETE" for e in task_events().get(j, [])) for j in wanted):
+        assert time.monotonic() < deadline, f"task events missing: {sorted(task_events())}"
+        time.sleep(1)
+    assert receiver.invalid == [], receiver.invalid[:3]
+
+    jobs = task_events()
+    for job in ("sluice_lifecycle.start", "sluice_lifecycle.backfill"):
+        for e in jobs[job]:
+            assert names(e["inputs"]) == [topic] and names(e["outputs"]) == [table, quarantine], e
+    start = next(e for e in jobs["sluice_lifecycle.start"] if e["eventType"] == "COMPLETE")
+    lineage = start["outputs"][0]["facets"]["columnLineage"]["fields"]
+    assert set(lineage) == {*pipeline.plan.names, "_event_time", "date"}
+    column = pipeline.plan.columns[0]
+    assert lineage[column.name]["inputFields"][0]["field"] == column.source.replace("[]", "")
+    maintain = jobs["sluice_lifecycle_maintenance.optimize_and_vacuum"][-1]
+    assert names(maintain["inputs"]) == names(maintain["outputs"]) == [table, quarantine]
+    assert all(not e["inputs"] and not e["outputs"] for e in jobs["sluice_lifecycle.stop"])
+
+    # The stream's runs: the killed driver's ends without a word; its successor's completes.
+    runs: dict[str, list[dict]] = {}
+    for e in receiver.of_job("sluice.lifecycle"):
+        runs.setdefault(e["run"]["runId"], []).append(e)
+    assert len(runs) == 2, {r: [e["eventType"] for e in es] for r, es in runs.items()}
+    killed, stopped = sorted(runs.values(), key=lambda es: es[0]["eventTime"])
+    for events in (killed, stopped):
+        assert events[0]["eventType"] == "START"
+        assert names(events[0]["outputs"]) == [table, quarantine] and names(events[0]["inputs"]) == [topic]
+        read = [stat(e["inputs"][0]) for e in events if e["eventType"] == "RUNNING"]
+        assert read and read == sorted(read), read
+    assert {e["eventType"] for e in killed} == {"START", "RUNNING"}
+    assert max(stat(e["inputs"][0]) for e in killed if e["eventType"] == "RUNNING") >= 200
+    assert stopped[-1]["eventType"] == "COMPLETE" and stat(stopped[-1]["inputs"][0]) >= 150
+    assert stopped[-1]["run"]["facets"]["processing_engine"]["name"] == "spark"
