@@ -29,7 +29,7 @@ from pyspark.sql import SparkSession
 from jobs import fence
 from jobs.lifecycle import configure_logging, stop_on_signals
 from jobs.lineage import StreamLineage
-from jobs.modes import RunMode, mode_of
+from jobs.modes import mode_of
 from jobs.status import StatusReporter
 from sluice.errors import root_cause
 from sluice.records import locks
@@ -144,25 +144,6 @@ def _drive(
     reporter = StatusReporter(spark, pipeline.name, lineage) if backfill is None else None
     if reporter is not None:
         reporter.report("starting")
-    try:
-        return _supervised(spark, pipeline, mode, reporter, backfill, available_now, processing_time, rebuild, stop)
-    finally:
-        if lineage is not None:
-            lineage.close()
-
-
-def _supervised(
-    spark: SparkSession,
-    pipeline: Pipeline,
-    mode: RunMode,
-    reporter: StatusReporter | None,
-    backfill: BackfillPlan | None,
-    available_now: bool,
-    processing_time: str | None,
-    rebuild: bool,
-    stop: threading.Event,
-) -> int:
-    """Run the stream in its mode; the driver's exit code, each failure said in one line."""
     error: Exception | None
     try:
         mode.refuse(backfill, available_now, processing_time)
@@ -180,6 +161,9 @@ def _supervised(
             log.exception("%s failed: %s", pipeline.name, root_cause(str(exc)))
             return 1
         error = exc
+    finally:
+        if lineage is not None:  # its last events, told in the branches above
+            lineage.close()
     lost = lost_lease(error)
     if lost is not None:
         log.error("%s", lost)

@@ -25,6 +25,11 @@ from urllib.parse import urlparse
 import attr
 from openlineage.client.event_v2 import RunEvent
 from openlineage.client.facet_v2 import (
+    DatasetFacet,
+    InputDatasetFacet,
+    JobFacet,
+    OutputDatasetFacet,
+    RunFacet,
     column_lineage_dataset,
     documentation_job,
     error_message_run,
@@ -50,14 +55,13 @@ KNOWN_FACETS: dict[tuple[str, str], type] = {
     ("InputDataset", "inputStatistics"): input_statistics_input_dataset.InputStatisticsInputDatasetFacet,
     ("OutputDataset", "outputStatistics"): output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet,
 }
-#: Which facets may sit where: a dataset facet under inputFacets is out of place.
+#: Which facets may sit where, by the facet type a field holds (a parent run's too).
 PLACES = {
-    ("Run", "facets"): "Run",
-    ("Job", "facets"): "Job",
-    ("InputDataset", "facets"): "Dataset",
-    ("OutputDataset", "facets"): "Dataset",
-    ("InputDataset", "inputFacets"): "InputDataset",
-    ("OutputDataset", "outputFacets"): "OutputDataset",
+    RunFacet: "Run",
+    JobFacet: "Job",
+    DatasetFacet: "Dataset",
+    InputDatasetFacet: "InputDataset",
+    OutputDatasetFacet: "OutputDataset",
 }
 
 
@@ -91,7 +95,7 @@ def _build(cls: type, value: Any, path: str) -> Any:
             if f.default is attr.NOTHING and f.init:
                 raise Invalid(f"{path}.{name}: required by the spec's {cls.__name__}, missing")
             continue
-        built = _value(hints[name], value[name], f"{path}.{name}", (cls.__name__, name))
+        built = _value(hints[name], value[name], f"{path}.{name}")
         if not f.init:  # schemaURL: fixed by the class
             want = cls._get_schema()  # type: ignore[attr-defined]
             if value[name] != want:
@@ -104,7 +108,7 @@ def _build(cls: type, value: Any, path: str) -> Any:
         raise Invalid(f"{path}: {exc}") from exc
 
 
-def _value(hint: Any, value: Any, path: str, where: tuple[str, str]) -> Any:
+def _value(hint: Any, value: Any, path: str) -> Any:
     if value is None:  # the spec's optional fields are left out, never null
         raise Invalid(f"{path}: null")
     origin, args = typing.get_origin(hint), typing.get_args(hint)
@@ -114,15 +118,13 @@ def _value(hint: Any, value: Any, path: str, where: tuple[str, str]) -> Any:
     if origin is list:
         if not isinstance(value, list):
             raise Invalid(f"{path}: a list expected, got {value!r}")
-        return [_value(args[0], v, f"{path}[{i}]", where) for i, v in enumerate(value)]
+        return [_value(args[0], v, f"{path}[{i}]") for i, v in enumerate(value)]
     if origin is dict:
         if not isinstance(value, dict):
             raise Invalid(f"{path}: an object expected, got {value!r}")
-        if where in PLACES:  # facets: by their place and key, or as the spec's BaseFacet
-            return {k: _facet(PLACES[where], k, v, f"{path}.{k}") for k, v in value.items()}
-        if where[1].endswith("acets"):
-            raise Invalid(f"{path}: the check does not know facets in {where}")
-        return {k: _value(args[1], v, f"{path}.{k}", where) for k, v in value.items()}
+        if args[1] in PLACES:  # facets: by their place and key, or as the spec's BaseFacet
+            return {k: _facet(PLACES[args[1]], k, v, f"{path}.{k}") for k, v in value.items()}
+        return {k: _value(args[1], v, f"{path}.{k}") for k, v in value.items()}
     if isinstance(hint, type) and issubclass(hint, Enum):
         try:
             return hint(value)

@@ -129,7 +129,7 @@ def pipeline_dag(pipeline: Pipeline) -> DAG:
 
                 return act()
             return PipelineOperator(
-                task_id=action, python_callable=tasks.control, op_args=[spec_path, action], spec_path=spec_path
+                task_id=action, python_callable=tasks.control, spec_path=spec_path, op_args=[action]
             )
 
         done = [stream_task(action) for action in ACTIONS if action != "backfill"]
@@ -146,7 +146,7 @@ def pipeline_dag(pipeline: Pipeline) -> DAG:
                 PipelineOperator(
                     task_id="backfill",
                     python_callable=tasks.run_backfill,
-                    op_args=[spec_path, planned],
+                    op_args=[planned],
                     spec_path=spec_path,
                 )
             )
@@ -182,7 +182,6 @@ def maintenance_dag(pipeline: Pipeline) -> DAG:
         PipelineOperator(
             task_id="optimize_and_vacuum",
             python_callable=tasks.maintain,
-            op_args=[spec_path],
             spec_path=spec_path,
             touches="rewrites_tables",
         )
@@ -213,13 +212,7 @@ def quality_dag(pipeline: Pipeline) -> DAG:
         params=quality_params(pipeline),
         tags=sorted({"sluice", "quality", s.sink.format, *s.tags}),
     ) as dag:
-        ValidateOperator(
-            task_id="validate",
-            python_callable=tasks.validate,
-            op_args=[spec_path],
-            spec_path=spec_path,
-            touches="reads_tables",
-        )
+        ValidateOperator(task_id="validate", python_callable=tasks.validate, spec_path=spec_path)
     return dag
 
 

@@ -20,10 +20,13 @@ Touches = Literal["stream", "reads_tables", "rewrites_tables"]
 
 
 class PipelineOperator(PythonOperator):
-    """A Python task acting on one pipeline, reporting the pipeline's datasets as its lineage."""
+    """A Python task acting on one pipeline: ``python_callable(spec_path, *op_args)``, reporting
+    the pipeline's datasets as its lineage."""
 
-    def __init__(self, *, spec_path: str, touches: Touches = "stream", **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(
+        self, *, spec_path: str, touches: Touches = "stream", op_args: list[Any] | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(op_args=[spec_path, *(op_args or [])], **kwargs)
         self.spec_path, self.touches = spec_path, touches
 
     def get_openlineage_facets_on_start(self) -> Any:

@@ -31,6 +31,9 @@ class DataDocsLink(BaseOperatorLink):
 
 
 class ValidateOperator(PipelineOperator):
-    """The quality task: it reads the pipeline's tables, and has the Data Docs button."""
+    """The quality task: it reads the pipeline's table, and has the Data Docs button."""
 
     operator_extra_links = (DataDocsLink(),)
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(touches="reads_tables", **kwargs)

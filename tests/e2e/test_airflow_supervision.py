@@ -170,7 +170,7 @@ def check_lineage(receiver: Receiver, pipeline: Pipeline) -> None:
     wanted = ["sluice_lifecycle.start", "sluice_lifecycle.backfill", "sluice_lifecycle_maintenance.optimize_and_vacuum"]
     deadline = time.monotonic() + 60
     while not all(any(e["eventType"] == "COMPLETE" for e in task_events().get(j, [])) for j in wanted):
-        assert time.monotonic() < deadline, f"task events missing: {sorted(task_events())}"
+        assert time.monotonic() < deadline, f"task events missing: {sorted(task_events())}; {receiver.invalid[:3]}"
         time.sleep(1)
     assert receiver.invalid == [], receiver.invalid[:3]
 
