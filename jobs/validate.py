@@ -15,6 +15,7 @@ import argparse
 import logging
 import os
 import sys
+import time
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,17 @@ from pyspark.sql import functions as F
 
 from jobs import offline_docs
 from jobs.sinks import read_table, table_exists
-from sluice.records.validation import Outcome, Partition, Report, Selection, quality_home
+from sluice.errors import SluiceError
+from sluice.records.validation import (
+    Outcome,
+    Partition,
+    Report,
+    Selection,
+    pull_stores,
+    push_since,
+    quality_home,
+    shared_quality,
+)
 from sluice.spec import Pipeline, SpecError, load_pipeline
 
 log = logging.getLogger("sluice.validate")
@@ -137,6 +148,10 @@ def validate(spark: SparkSession, pipeline: Pipeline, selection: Selection, now:
     column = pipeline.spec.date_partition.column
     df = table(spark, pipeline)
     dates = partitions(df, column, selection)
+    shared = shared_quality()
+    if shared is not None:
+        log.info("Data Docs: %d store files taken from %s", pull_stores(shared, quality_home()), shared)
+    started = time.time()
     ctx = context(quality_home())
     check = checkpoint(ctx, pipeline, now)
     parts, outcomes = [], []
@@ -174,6 +189,11 @@ def validate(spark: SparkSession, pipeline: Pipeline, selection: Selection, now:
         log.info("Data Docs: %d pages now load their CSS and JavaScript from the site itself", pages)
     except OSError as exc:  # the report stands without them; the pages then need the internet
         log.warning("Data Docs keep their CDN links: %s", exc)
+    if shared is not None:
+        try:
+            log.info("Data Docs: %d files written to %s", push_since(quality_home(), shared, started), shared)
+        except (OSError, SluiceError) as exc:  # the verdict stands; the pages stay on this host
+            log.warning("Data Docs not shared: Airflow cannot show them from %s: %s", shared, exc)
     return Report(
         pipeline=pipeline.name,
         table=pipeline.sink_path,

@@ -2,9 +2,11 @@
 
 Registered through the ``airflow.plugins`` entry point (pyproject.toml), so the API server
 loads it with Sluice installed. Every page is behind Airflow's own login (the same cookie
-as the UI) and needs the right to view the website. Pages are read from the Data Docs site
-(:func:`sluice.records.validation.docs_site`) as they are: their CSS and JavaScript are the
-site's own files (``jobs/offline_docs.py``), so the pages work without the internet.
+as the UI) and needs the right to view the website. Pages are read from the Data Docs site as
+they are: on one machine the local site (:func:`sluice.records.validation.docs_site`), on a
+cluster the copy every validating host writes to the shared store
+(:func:`sluice.records.validation.shared_quality`). Their CSS and JavaScript are the site's
+own files (``jobs/offline_docs.py``), so the pages work without the internet.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import RedirectResponse, Response
 
 from sluice.airflow.links import URL_PREFIX
-from sluice.records.validation import docs_site
+from sluice.records.validation import SITE, docs_site, shared_quality
+from sluice.storage import Location
 
 app = FastAPI(
     title="Sluice Data Docs",
@@ -42,17 +45,27 @@ def page(path: str) -> Response:
     parts = PurePosixPath(path).parts
     if not parts or any(p in ("..", ".") for p in parts) or path.startswith("/"):
         raise HTTPException(404, "no such page")
+    shared = shared_quality()
+    body = _local(parts) if shared is None else _shared(shared / SITE, parts)
+    if body is None:
+        where = docs_site() if shared is None else shared / SITE
+        raise HTTPException(404, f"no Data Docs page {path} in {where}")
+    kind = mimetypes.guess_type(parts[-1])[0] or "application/octet-stream"
+    return Response(body, media_type=kind, headers={"X-Content-Type-Options": "nosniff"})
+
+
+def _local(parts: tuple[str, ...]) -> bytes | None:
     site = docs_site()
     file = site.joinpath(*parts)
-    if not file.is_file():
-        raise HTTPException(
-            404,
-            f"no Data Docs page {path} in {site} on this host: validations write their pages where they run",
-        )
-    if not file.resolve().is_relative_to(site.resolve()):
-        raise HTTPException(404, "no such page")  # a link inside the site to a file outside it
-    kind = mimetypes.guess_type(file.name)[0] or "application/octet-stream"
-    return Response(file.read_bytes(), media_type=kind, headers={"X-Content-Type-Options": "nosniff"})
+    if not file.is_file() or not file.resolve().is_relative_to(site.resolve()):
+        return None  # missing, or a link inside the site to a file outside it
+    return file.read_bytes()
+
+
+def _shared(site: Location, parts: tuple[str, ...]) -> bytes | None:
+    """A page of the site every host writes to (a cluster's object store): no links there."""
+    file = site / "/".join(parts)
+    return file.read_bytes() if file.is_file() else None
 
 
 class SluicePlugin(AirflowPlugin):

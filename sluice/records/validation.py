@@ -8,6 +8,7 @@ Nothing here imports pyspark or GX, so the Airflow side reads reports at no cost
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -18,6 +19,7 @@ from pydantic import BaseModel
 
 from sluice import config
 from sluice.errors import InvalidInput
+from sluice.storage import Location
 
 _LATEST = re.compile(r"^latest(?::(\d+))?$")
 
@@ -155,7 +157,53 @@ def quality_home() -> Path:
 
 def docs_site() -> Path:
     """The Data Docs site GX builds from those stores (its ``local_site``)."""
-    return quality_home() / "uncommitted" / "data_docs" / "local_site"
+    return quality_home() / SITE
+
+
+#: The GX stores a validation reads and adds to; the Data Docs are built from all of them.
+STORES = ("expectations", "validations", "checkpoints", "validation_definitions")
+#: The Data Docs site inside :func:`quality_home`.
+SITE = "uncommitted/data_docs/local_site"
+
+
+def shared_quality() -> Location | None:
+    """Where every host finds the quality stores and the Data Docs, on a cluster
+    (``SLUICE_STORE`` elsewhere than ``SLUICE_HOME``); None on one machine, where
+    :func:`quality_home` is the only copy.
+
+    GX keeps its stores as local files, so a validation pulls the stores it lacks from here
+    (:func:`pull_stores`), validates and builds the pages locally, then pushes what it wrote
+    (:func:`push_since`); Airflow's API server serves the pages from here. Each store file is
+    written once, so hosts add to them without conflict; two validations at once each build an
+    index without the other's result, until the next one."""
+    if config.store() == str(config.sluice_home()).rstrip("/"):
+        return None
+    return Location(config.under_store("quality"))
+
+
+def pull_stores(shared: Location, local: Path) -> int:
+    """Copy the store files this host lacks; how many."""
+    pulled = 0
+    for store in STORES:
+        for rel in (shared / store).files():
+            target = local / store / rel
+            if not target.exists():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes((shared / store / rel).read_bytes())
+                os.utime(target, (0, 0))  # taken, not written here: push_since never hands it back
+                pulled += 1
+    return pulled
+
+
+def push_since(local: Path, shared: Location, since: float) -> int:
+    """Copy the stores' and the site's files written since ``since`` (epoch seconds); how many."""
+    pushed = 0
+    for folder in (*STORES, SITE):
+        for file in sorted((local / folder).rglob("*")):
+            if file.is_file() and file.stat().st_mtime >= since:
+                (shared / file.relative_to(local).as_posix()).write_bytes(file.read_bytes())
+                pushed += 1
+    return pushed
 
 
 def site_page(url: str) -> str | None:

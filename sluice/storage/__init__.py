@@ -269,9 +269,28 @@ class Location:
         return sorted((self / info.base_name for info in found), key=lambda loc: loc.uri)
 
     def read_text(self) -> str:
+        return self.read_bytes().decode("utf-8")
+
+    def read_bytes(self) -> bytes:
         storage = self.storage
         with storage.filesystem().open_input_stream(storage.fs_path(self.uri)) as f:
-            return bytes(f.read()).decode("utf-8")
+            return bytes(f.read())
+
+    def write_bytes(self, data: bytes) -> None:
+        storage = self.storage
+        fs, path = storage.filesystem(), storage.fs_path(self.uri)
+        fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        with fs.open_output_stream(path) as f:
+            f.write(data)
+
+    def files(self) -> dict[str, int]:
+        """Every file under this folder, by its path relative to it, with its size ({} when none)."""
+        from pyarrow.fs import FileSelector, FileType
+
+        storage = self.storage
+        root = storage.fs_path(self.uri).rstrip("/")
+        found = storage.filesystem().get_file_info(FileSelector(root, recursive=True, allow_not_found=True))
+        return {i.path[len(root) + 1 :]: int(i.size or 0) for i in found if i.type == FileType.File}
 
     def mtime(self) -> float:
         """The last modification, in epoch seconds."""

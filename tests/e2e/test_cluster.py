@@ -303,8 +303,8 @@ def ok(done: subprocess.CompletedProcess[str]) -> str:
 
 @pytest.mark.timeout(1800)  # eight Spark applications in turn: 704 s alone on a slow day (2026-11-25)
 def test_every_action_works_from_either_hosts_command_line(hosts: Layout, capsys) -> None:
-    """start, status with lag, backfill, audit, validate (GX), SQL, a derived pipeline and a
-    continuous branch, each typed on worker-1 or worker-2: the stream's driver on one host is
+    """start, status with lag, backfill, audit, validate (GX, its Data Docs served by Airflow),
+    SQL, a derived pipeline and a continuous branch, each typed on worker-1 or worker-2: the stream's driver on one host is
     seen, backfilled and stopped from the other; every job runs on the Spark cluster at once
     with the stream (the master gives each one core); tables and checkpoints are on S3."""
     topic = "actions"
@@ -356,6 +356,12 @@ def test_every_action_works_from_either_hosts_command_line(hosts: Layout, capsys
         assert report["partitions"], report
         for part in report["partitions"]:  # GX counted the rows delta-rs reads from S3
             assert part["rows"] == sum(1 for r in rows if str(r) == part["date"]), (part, len(rows))
+        # The quality task's Data Docs button: Airflow's API server, on a host of its own, serves
+        # the page worker-2 just built, from the copy on the object store.
+        page = report["partitions"][0]["docs"].split("/local_site/", 1)[1]
+        html = Api(hosts).text(f"/sluice-docs/{page}")
+        verdict = "Succeeded" if report["partitions"][0]["success"] else "Failed"
+        assert f"sluice.{p.name}" in html and verdict in html, html[:500]
 
         query = f"SELECT (SELECT count(*) FROM {p.name}) + (SELECT count(*) FROM {p.name}_quarantine) AS n"
         counted = timed("sql", lambda: ok(cli(hosts, "worker-1", "sql", query)))
@@ -442,6 +448,11 @@ class Api:
         )
         with urllib.request.urlopen(req, timeout=30) as resp:
             return json.loads(resp.read() or b"null")
+
+    def text(self, path: str) -> str:
+        req = urllib.request.Request(self.base + path, headers={"Authorization": f"Bearer {self.token}"})
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.read().decode()
 
     def runs(self, dag: str) -> list[dict[str, Any]]:
         try:

@@ -102,3 +102,49 @@ def test_the_page_the_airflow_button_opens(tmp_path, monkeypatch: pytest.MonkeyP
     assert one.page() == "validations/sluice.p/date=2026-11-20/r.html"  # the partition's own page
     two = one.model_copy(update={"partitions": [*one.partitions, Partition(date="2026-11-21", rows=1, success=True)]})
     assert two.page() == "index.html"  # several: the index
+
+
+def test_on_a_cluster_hosts_share_the_quality_stores_and_the_site(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two hosts validate in turn: each takes the other's store files (never its site pages),
+    and hands over only what it wrote; the shared copy ends with both."""
+    import os
+    import time
+
+    from sluice.records.validation import SITE, pull_stores, push_since, shared_quality
+    from sluice.storage import Location
+
+    monkeypatch.setenv("SLUICE_HOME", str(tmp_path / "one-machine"))
+    monkeypatch.delenv("SLUICE_STORE", raising=False)
+    assert shared_quality() is None  # one machine: the local stores are the only copy
+    monkeypatch.setenv("SLUICE_STORE", str(tmp_path / "store"))
+    shared = shared_quality()
+    assert shared == Location(str(tmp_path / "store" / "quality"))
+
+    a, b = tmp_path / "a" / "quality", tmp_path / "b" / "quality"
+
+    def write(home, rel: str, text: str, age: float = 0) -> None:
+        f = home / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(text)
+        if age:
+            os.utime(f, (time.time() - age, time.time() - age))
+
+    write(a, "expectations/sluice.x.json", "old suite", age=3600)  # before this validation: not handed over
+    since = time.time() - 1
+    write(a, "validations/sluice.x/run-a.json", "a's result")
+    write(a, f"{SITE}/index.html", "index by a")
+    write(a, "reports/x/1.json", "a's report")  # the host's own report stays there
+    assert push_since(a, shared, since) == 2
+    assert set(shared.files()) == {"validations/sluice.x/run-a.json", f"{SITE}/index.html"}
+
+    write(b, f"{SITE}/index.html", "b's stale index", age=3600)
+    assert pull_stores(shared, b) == 1 and (b / "validations/sluice.x/run-a.json").read_text() == "a's result"
+    assert (b / SITE / "index.html").read_text() == "b's stale index"  # pages are never taken back
+    assert pull_stores(shared, b) == 0
+    since = time.time() - 1
+    write(b, "validations/sluice.x/run-b.json", "b's result")
+    write(b, f"{SITE}/index.html", "index by b, with both")
+    assert push_since(b, shared, since) == 2
+    assert (shared / "validations/sluice.x/run-a.json").read_text() == "a's result"
+    assert (shared / f"{SITE}/index.html").read_text() == "index by b, with both"
+    assert len(shared.files()) == 3
