@@ -33,7 +33,7 @@ from sluice.records.validation import (
     Report,
     Selection,
     pull_stores,
-    push_since,
+    push_changed,
     quality_home,
     shared_quality,
 )
@@ -150,7 +150,18 @@ def validate(spark: SparkSession, pipeline: Pipeline, selection: Selection, now:
     dates = partitions(df, column, selection)
     shared = shared_quality()
     if shared is not None:
-        log.info("Data Docs: %d store files taken from %s", pull_stores(shared, quality_home()), shared)
+        try:
+            pulled, refused = pull_stores(shared, quality_home())
+            log.info("Data Docs: %d store files taken from %s", pulled, shared)
+            if refused:
+                log.warning(
+                    "Data Docs: %d files of %s are not GX store files, left there: %s",
+                    len(refused),
+                    shared,
+                    refused[:5],
+                )
+        except (OSError, SluiceError) as exc:  # the verdict does not need them; the index will miss them
+            log.warning("Data Docs: the other hosts' results not taken from %s: %s", shared, exc)
     started = time.time()
     ctx = context(quality_home())
     check = checkpoint(ctx, pipeline, now)
@@ -191,7 +202,7 @@ def validate(spark: SparkSession, pipeline: Pipeline, selection: Selection, now:
         log.warning("Data Docs keep their CDN links: %s", exc)
     if shared is not None:
         try:
-            log.info("Data Docs: %d files written to %s", push_since(quality_home(), shared, started), shared)
+            log.info("Data Docs: %d files written to %s", push_changed(quality_home(), shared, started), shared)
         except (OSError, SluiceError) as exc:  # the verdict stands; the pages stay on this host
             log.warning("Data Docs not shared: Airflow cannot show them from %s: %s", shared, exc)
     return Report(

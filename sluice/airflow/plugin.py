@@ -12,7 +12,7 @@ own files (``jobs/offline_docs.py``), so the pages work without the internet.
 from __future__ import annotations
 
 import mimetypes
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
 
 from airflow.api_fastapi.auth.managers.models.resource_details import AccessView
@@ -22,7 +22,7 @@ from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import RedirectResponse, Response
 
 from sluice.airflow.links import URL_PREFIX
-from sluice.records.validation import SITE, docs_site, shared_quality
+from sluice.records.validation import SITE, docs_site, safe_key, shared_quality
 from sluice.storage import Location
 
 app = FastAPI(
@@ -43,27 +43,29 @@ def index() -> RedirectResponse:
 @app.get("/{path:path}")
 def page(path: str) -> Response:
     parts = PurePosixPath(path).parts
-    if not parts or any(p in ("..", ".") for p in parts) or path.startswith("/"):
+    if not parts or path.startswith("/") or not safe_key("/".join(parts)):
         raise HTTPException(404, "no such page")
     shared = shared_quality()
-    body = _local(parts) if shared is None else _shared(shared / SITE, parts)
+    if shared is None:
+        site: Path | Location = docs_site()
+    else:  # a cluster's copy: a folder every host mounts, or an object store
+        site = Path(shared.uri) / SITE if "://" not in shared.uri else shared / SITE
+    body = _from_folder(site, parts) if isinstance(site, Path) else _from_store(site, parts)
     if body is None:
-        where = docs_site() if shared is None else shared / SITE
-        raise HTTPException(404, f"no Data Docs page {path} in {where}")
+        raise HTTPException(404, f"no Data Docs page {path} in {site}")
     kind = mimetypes.guess_type(parts[-1])[0] or "application/octet-stream"
     return Response(body, media_type=kind, headers={"X-Content-Type-Options": "nosniff"})
 
 
-def _local(parts: tuple[str, ...]) -> bytes | None:
-    site = docs_site()
+def _from_folder(site: Path, parts: tuple[str, ...]) -> bytes | None:
     file = site.joinpath(*parts)
     if not file.is_file() or not file.resolve().is_relative_to(site.resolve()):
         return None  # missing, or a link inside the site to a file outside it
     return file.read_bytes()
 
 
-def _shared(site: Location, parts: tuple[str, ...]) -> bytes | None:
-    """A page of the site every host writes to (a cluster's object store): no links there."""
+def _from_store(site: Location, parts: tuple[str, ...]) -> bytes | None:
+    """A page of the site's copy in an object store (which has no links)."""
     file = site / "/".join(parts)
     return file.read_bytes() if file.is_file() else None
 

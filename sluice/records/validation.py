@@ -8,6 +8,7 @@ Nothing here imports pyspark or GX, so the Airflow side reads reports at no cost
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -166,42 +167,74 @@ STORES = ("expectations", "validations", "checkpoints", "validation_definitions"
 SITE = "uncommitted/data_docs/local_site"
 
 
+#: Some filesystems keep coarse file times: what a run wrote may look up to this much older.
+CLOCK_MARGIN_S = 2.0
+
+
 def shared_quality() -> Location | None:
     """Where every host finds the quality stores and the Data Docs, on a cluster
     (``SLUICE_STORE`` elsewhere than ``SLUICE_HOME``); None on one machine, where
     :func:`quality_home` is the only copy.
 
-    GX keeps its stores as local files, so a validation pulls the stores it lacks from here
-    (:func:`pull_stores`), validates and builds the pages locally, then pushes what it wrote
-    (:func:`push_since`); Airflow's API server serves the pages from here. Each store file is
-    written once, so hosts add to them without conflict; two validations at once each build an
-    index without the other's result, until the next one."""
-    if config.store() == str(config.sluice_home()).rstrip("/"):
-        return None
-    return Location(config.under_store("quality"))
+    GX keeps its stores as local files, so a validation takes the store files its host lacks
+    from here (:func:`pull_stores`), validates and builds the pages locally, then hands over
+    what it wrote (:func:`push_changed`); Airflow's API server serves the pages from here.
+    Result files are written once, so hosts add them without conflict; a suite, an index or
+    a page two hosts both write is the last writer's."""
+    store = config.store()
+    if "://" not in store or store.startswith("file://"):
+        folder = Path(store.removeprefix("file://")).resolve()
+        if folder == config.sluice_home().resolve():
+            return None
+        return Location(str(folder / "quality"))
+    return Location(f"{store}/quality")
 
 
-def pull_stores(shared: Location, local: Path) -> int:
-    """Copy the store files this host lacks; how many."""
-    pulled = 0
+def safe_key(rel: str) -> bool:
+    """A key that stays inside the folder it is listed under, on every filesystem."""
+    return all(p not in ("", ".", "..") for p in rel.split("/")) and not any(c in rel for c in "\\?#")
+
+
+def pull_stores(shared: Location, local: Path) -> tuple[int, list[str]]:
+    """Copy the store files this host lacks, each checked as JSON and written whole: how many,
+    and the keys refused (not JSON, or a name that would land outside the store)."""
+    pulled, refused = 0, []
     for store in STORES:
         for rel in (shared / store).files():
             target = local / store / rel
-            if not target.exists():
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes((shared / store / rel).read_bytes())
-                os.utime(target, (0, 0))  # taken, not written here: push_since never hands it back
-                pulled += 1
-    return pulled
+            if target.exists():
+                continue
+            if not safe_key(rel):
+                refused.append(f"{store}/{rel}")
+                continue
+            data = (shared / store / rel).read_bytes()
+            try:
+                json.loads(data)
+            except ValueError:
+                refused.append(f"{store}/{rel}")
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            part = target.with_name(target.name + ".part")
+            part.write_bytes(data)
+            os.utime(part, (0, 0))  # taken, not written here: push_changed never hands it back
+            part.replace(target)
+            pulled += 1
+    return pulled, refused
 
 
-def push_since(local: Path, shared: Location, since: float) -> int:
-    """Copy the stores' and the site's files written since ``since`` (epoch seconds); how many."""
+def push_changed(local: Path, shared: Location, since: float) -> int:
+    """Copy to the shared copy the stores' and the site's files written since ``since`` (epoch
+    seconds), and those it lacks (the site's CSS and JavaScript keep the times of their first
+    copy); how many."""
     pushed = 0
     for folder in (*STORES, SITE):
+        there = (shared / folder).files()
         for file in sorted((local / folder).rglob("*")):
-            if file.is_file() and file.stat().st_mtime >= since:
-                (shared / file.relative_to(local).as_posix()).write_bytes(file.read_bytes())
+            if not file.is_file() or file.name.endswith(".part"):
+                continue
+            rel = file.relative_to(local / folder).as_posix()
+            if file.stat().st_mtime >= since - CLOCK_MARGIN_S or rel not in there:
+                (shared / folder / rel).write_bytes(file.read_bytes())
                 pushed += 1
     return pushed
 

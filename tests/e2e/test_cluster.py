@@ -22,6 +22,7 @@ import tempfile
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
@@ -358,10 +359,17 @@ def test_every_action_works_from_either_hosts_command_line(hosts: Layout, capsys
             assert part["rows"] == sum(1 for r in rows if str(r) == part["date"]), (part, len(rows))
         # The quality task's Data Docs button: Airflow's API server, on a host of its own, serves
         # the page worker-2 just built, from the copy on the object store.
-        page = report["partitions"][0]["docs"].split("/local_site/", 1)[1]
-        html = Api(hosts).text(f"/sluice-docs/{page}")
+        page = "/sluice-docs/" + report["partitions"][0]["docs"].split("/local_site/", 1)[1]
+        api = Api(hosts)
+        html = api.get(page).decode()
         verdict = "Succeeded" if report["partitions"][0]["success"] else "Failed"
         assert f"sluice.{p.name}" in html and verdict in html, html[:500]
+        # Its CSS and JavaScript too: the site's own copies (jobs/offline_docs.py), handed over
+        # with the first page that needed them.
+        assets = set(re.findall(r'(?:src|href)="([^"]*static/vendor/[^"]+)"', html))
+        assert any(a.endswith(".js") for a in assets), html[:2000]
+        for asset in assets:
+            assert api.get(urllib.parse.urljoin(page, asset)), asset
 
         query = f"SELECT (SELECT count(*) FROM {p.name}) + (SELECT count(*) FROM {p.name}_quarantine) AS n"
         counted = timed("sql", lambda: ok(cli(hosts, "worker-1", "sql", query)))
@@ -449,10 +457,10 @@ class Api:
         with urllib.request.urlopen(req, timeout=30) as resp:
             return json.loads(resp.read() or b"null")
 
-    def text(self, path: str) -> str:
+    def get(self, path: str) -> bytes:
         req = urllib.request.Request(self.base + path, headers={"Authorization": f"Bearer {self.token}"})
         with urllib.request.urlopen(req, timeout=30) as resp:
-            return resp.read().decode()
+            return resp.read()
 
     def runs(self, dag: str) -> list[dict[str, Any]]:
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, date, datetime
+from pathlib import Path
 
 import pytest
 
@@ -106,16 +107,24 @@ def test_the_page_the_airflow_button_opens(tmp_path, monkeypatch: pytest.MonkeyP
 
 def test_on_a_cluster_hosts_share_the_quality_stores_and_the_site(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two hosts validate in turn: each takes the other's store files (never its site pages),
-    and hands over only what it wrote; the shared copy ends with both."""
+    and hands over what it wrote and what the shared copy lacks; the shared copy ends with both."""
     import os
     import time
 
-    from sluice.records.validation import SITE, pull_stores, push_since, shared_quality
+    from sluice.records.validation import SITE, pull_stores, push_changed, shared_quality
     from sluice.storage import Location
 
-    monkeypatch.setenv("SLUICE_HOME", str(tmp_path / "one-machine"))
-    monkeypatch.delenv("SLUICE_STORE", raising=False)
-    assert shared_quality() is None  # one machine: the local stores are the only copy
+    home = tmp_path / "one-machine"
+    home.mkdir()
+    monkeypatch.setenv("SLUICE_HOME", str(home))
+    for same in (None, str(home), f"{home}/", f"file://{home}", f"{home}/../one-machine"):
+        if same is None:
+            monkeypatch.delenv("SLUICE_STORE", raising=False)
+        else:
+            monkeypatch.setenv("SLUICE_STORE", same)
+        assert shared_quality() is None, same  # one machine: the local stores are the only copy
+    monkeypatch.setenv("SLUICE_STORE", "s3a://lake/sluice/")
+    assert shared_quality() == Location("s3a://lake/sluice/quality")
     monkeypatch.setenv("SLUICE_STORE", str(tmp_path / "store"))
     shared = shared_quality()
     assert shared == Location(str(tmp_path / "store" / "quality"))
@@ -129,22 +138,28 @@ def test_on_a_cluster_hosts_share_the_quality_stores_and_the_site(tmp_path, monk
         if age:
             os.utime(f, (time.time() - age, time.time() - age))
 
-    write(a, "expectations/sluice.x.json", "old suite", age=3600)  # before this validation: not handed over
-    since = time.time() - 1
-    write(a, "validations/sluice.x/run-a.json", "a's result")
+    write(a, "expectations/sluice.x.json", '"old suite"', age=3600)  # older, but the shared copy lacks it
+    write(a, f"{SITE}/static/vendor/jquery.min.js", "jquery", age=86400)  # an asset keeps its first copy's time
+    since = time.time()
+    write(a, "validations/sluice.x/run-a.json", '"a\'s result"')
     write(a, f"{SITE}/index.html", "index by a")
     write(a, "reports/x/1.json", "a's report")  # the host's own report stays there
-    assert push_since(a, shared, since) == 2
-    assert set(shared.files()) == {"validations/sluice.x/run-a.json", f"{SITE}/index.html"}
+    assert push_changed(a, shared, since) == 4
+    assert "reports/x/1.json" not in shared.files()
+    assert push_changed(a, shared, time.time() + 60) == 0  # nothing new, nothing missing
 
     write(b, f"{SITE}/index.html", "b's stale index", age=3600)
-    assert pull_stores(shared, b) == 1 and (b / "validations/sluice.x/run-a.json").read_text() == "a's result"
+    write(Path(shared.uri), "validations/sluice.x/half.json", '{"cut sho')  # a file cut short is left there
+    write(Path(shared.uri), "validations/what?.json", "{}")  # a name some filesystems read otherwise
+    pulled, refused = pull_stores(shared, b)
+    assert (pulled, sorted(refused)) == (2, ["validations/sluice.x/half.json", "validations/what?.json"])
+    assert (b / "validations/sluice.x/run-a.json").read_text() == '"a\'s result"'
     assert (b / SITE / "index.html").read_text() == "b's stale index"  # pages are never taken back
-    assert pull_stores(shared, b) == 0
-    since = time.time() - 1
-    write(b, "validations/sluice.x/run-b.json", "b's result")
+    assert pull_stores(shared, b)[0] == 0
+    since = time.time()
+    write(b, "validations/sluice.x/run-b.json", '"b\'s result"')
     write(b, f"{SITE}/index.html", "index by b, with both")
-    assert push_since(b, shared, since) == 2
-    assert (shared / "validations/sluice.x/run-a.json").read_text() == "a's result"
+    assert push_changed(b, shared, since) == 2  # not what it took, nor its stale pages
+    assert (shared / "validations/sluice.x/run-a.json").read_text() == '"a\'s result"'
     assert (shared / f"{SITE}/index.html").read_text() == "index by b, with both"
-    assert len(shared.files()) == 3
+    assert (shared / f"{SITE}/static/vendor/jquery.min.js").read_text() == "jquery"
