@@ -98,13 +98,13 @@ def of(pipeline: Pipeline) -> Lineage:
         table = _derived_lineage(pipeline, source)
     else:
         kafka = pipeline.kafka
-        server = f"kafka://{kafka.bootstrap_servers.split(',')[0].strip()}"
         topics = kafka.topics or [kafka.topic_pattern or ""]
+        sources = [dataset_name(f"kafka://{kafka.bootstrap_servers}/{t}") for t in topics]
         event_schema: dict[str, DatasetFacet] = {"schema": _event_schema(pipeline.schema)}
-        inputs = [InputDataset(server, t, facets=event_schema) for t in topics]
-        table = _flatten_lineage(pipeline, [(server, t) for t in topics])
-    if pipeline.spec.sink.format == "kafka":
-        return Lineage(inputs, _verdict_outputs(pipeline, [(d.namespace, d.name) for d in inputs]))
+        inputs = [InputDataset(*s, facets=event_schema) for s in sources]
+        if pipeline.spec.sink.format == "kafka":
+            return Lineage(inputs, _verdict_outputs(pipeline, sources))
+        table = _flatten_lineage(pipeline, sources)
     out, quarantine = compatibility.expected(pipeline)
     outputs = [
         OutputDataset(
@@ -193,11 +193,10 @@ def _flatten_lineage(
     per row); the event time and the date partition are computed from the event-time field."""
     fields: dict[str, column_lineage_dataset.Fields] = {}
     for column in pipeline.plan.columns:
-        path = column.source.replace("[]", "")
         if "[]" in column.source:  # an exploded array's element, one row each
-            read = [_field(s, path, _DIRECT, "TRANSFORMATION", "one row per array element") for s in sources]
+            read = [_field(s, column.path, _DIRECT, "TRANSFORMATION", "one row per array element") for s in sources]
         else:
-            read = [_field(s, path, _DIRECT, "IDENTITY") for s in sources]
+            read = [_field(s, column.path, _DIRECT, "IDENTITY") for s in sources]
         fields[column.name] = column_lineage_dataset.Fields(inputFields=read)
     time = pipeline.event_time
     how = f"the event time, read as {time.format}"
@@ -231,9 +230,9 @@ def _verdict_outputs(pipeline: Pipeline, sources: list[tuple[str, str]]) -> list
         "rules": "array<string>",
     }
     time = pipeline.event_time.field
-    fields = {n: [_field(s, plan[n].source.replace("[]", ""), _DIRECT, "IDENTITY") for s in sources] for n in chosen}
+    fields = {n: [_field(s, plan[n].path, _DIRECT, "IDENTITY") for s in sources] for n in chosen}
     fields["event_time"] = [_field(s, time, _DIRECT, "TRANSFORMATION", "the event time") for s in sources]
-    read = [plan[n].source.replace("[]", "") for sql in c.rules.values() for n in _columns_read(sql) if n in plan]
+    read = [plan[n].path for sql in c.rules.values() for n in _columns_read(sql) if n in plan]
     fields["flagged"] = fields["rules"] = [
         _field(s, path, _DIRECT, "TRANSFORMATION", "the rules that fired")
         for path in dict.fromkeys(read)

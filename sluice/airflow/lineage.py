@@ -39,11 +39,13 @@ class PipelineOperator(PythonOperator):
         found = lineage.of(load_pipeline(self.spec_path))
         if self.touches == "stream":
             return OperatorLineage(inputs=found.inputs, outputs=found.outputs)
-        # The tables as they are: where their columns came from is the stream's lineage, not this task's.
-        tables = found.outputs if self.touches == "rewrites_tables" else found.outputs[:1]
-        schemas = [{"schema": d.facets["schema"]} if d.facets and "schema" in d.facets else {} for d in tables]
-        inputs = [InputDataset(d.namespace, d.name, facets=f) for d, f in zip(tables, schemas, strict=True)]
+        # The tables as they are (their schemas): where their columns came from is the stream's
+        # lineage, not this task's.
+        tables = [
+            (d.namespace, d.name, {"schema": (d.facets or {})["schema"]})
+            for d in (found.outputs if self.touches == "rewrites_tables" else found.outputs[:1])
+        ]
+        inputs = [InputDataset(namespace, name, facets=f) for namespace, name, f in tables]
         if self.touches == "reads_tables":
             return OperatorLineage(inputs=inputs)
-        outputs = [OutputDataset(d.namespace, d.name, facets=f) for d, f in zip(tables, schemas, strict=True)]
-        return OperatorLineage(inputs=inputs, outputs=outputs)
+        return OperatorLineage(inputs=inputs, outputs=[OutputDataset(n, name, facets=f) for n, name, f in tables])

@@ -60,6 +60,11 @@ class Column:
     #: The schema's COMMENT of the field, if any: the table column's comment.
     comment: str = ""
 
+    @property
+    def path(self) -> str:
+        """The field's dotted path as rules and lineage name it (``payload.commits.sha``)."""
+        return _plain(self.source)
+
 
 @dataclass(frozen=True)
 class Explode:

@@ -283,14 +283,14 @@ class Location:
         with fs.open_output_stream(path) as f:
             f.write(data)
 
-    def files(self) -> dict[str, int]:
-        """Every file under this folder, by its path relative to it, with its size ({} when none)."""
+    def files(self) -> set[str]:
+        """Every file under this folder, by its path relative to it (none when it does not exist)."""
         from pyarrow.fs import FileSelector, FileType
 
         storage = self.storage
         root = storage.fs_path(self.uri).rstrip("/")
         found = storage.filesystem().get_file_info(FileSelector(root, recursive=True, allow_not_found=True))
-        return {i.path[len(root) + 1 :]: int(i.size or 0) for i in found if i.type == FileType.File}
+        return {i.path[len(root) + 1 :] for i in found if i.type == FileType.File}
 
     def mtime(self) -> float:
         """The last modification, in epoch seconds."""

@@ -182,7 +182,7 @@ def check_lineage(receiver: Receiver, pipeline: Pipeline) -> None:
     lineage = start["outputs"][0]["facets"]["columnLineage"]["fields"]
     assert set(lineage) == {*pipeline.plan.names, "_event_time", "date"}
     column = pipeline.plan.columns[0]
-    assert lineage[column.name]["inputFields"][0]["field"] == column.source.replace("[]", "")
+    assert lineage[column.name]["inputFields"][0]["field"] == column.path
     maintain = jobs["sluice_lifecycle_maintenance.optimize_and_vacuum"][-1]
     assert names(maintain["inputs"]) == names(maintain["outputs"]) == [table, quarantine]
     assert all(not e["inputs"] and not e["outputs"] for e in jobs["sluice_lifecycle.stop"])

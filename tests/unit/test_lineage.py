@@ -76,7 +76,7 @@ def test_every_shipped_pipeline_reports_valid_events_whose_lineage_points_at_rea
     elif not pipeline.derived:  # each flattened column reads the one field the plan says
         assert set(facet["fields"]) == {*pipeline.plan.names, "_event_time", pipeline.spec.date_partition.column}
         for c in pipeline.plan.columns:
-            assert {s["field"] for s in facet["fields"][c.name]["inputFields"]} == {c.source.replace("[]", "")}
+            assert {s["field"] for s in facet["fields"][c.name]["inputFields"]} == {c.path}
 
 
 def test_a_derived_window_reports_keys_aggregates_and_what_shapes_its_rows() -> None:
