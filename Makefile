@@ -33,7 +33,7 @@ help:
 	@echo "make clean  stop the broker and remove local state (tables, checkpoints, broker data)"
 
 setup: $(BIN)/.installed $(AIRFLOW_VENV)/bin/.installed $(JARS)/kafka/.installed $(JARS)/spark/.installed $(JARS)/web/.installed \
-       $(JARS)/metastore/.installed $(JARS)/sluice/sluice-sql.jar
+       $(JARS)/metastore/.installed $(JARS)/sluice/sluice-sql.jar $(JARS)/sluice/sluice-storage.jar
 	@# The drivers' class-data archive (sluice/ops/cds.py): built when missing or stale, ~45 s.
 	@$(BIN)/python -m sluice.ops.cds
 
@@ -139,6 +139,16 @@ $(JARS)/sluice/sluice-sql.jar: $(SQL_JAVA) | $(BIN)/.installed $(SLUICE_HOME)/.t
 	  -cp "$$($(BIN)/python -c 'import pyspark, os; print(os.path.dirname(pyspark.__file__))')/jars/*" $(SQL_JAVA)
 	jar cf $@ -C $(JARS)/sluice/classes .
 	@rm -rf $(JARS)/sluice/classes
+
+# Commits on S3 that the store itself decides (put-if-absent): Delta's log, Spark's checkpoint
+# logs and the Parquet log (jobs/java/sluice/storage), compiled against the wheel's jars and delta-storage.
+STORAGE_JAVA := $(wildcard jobs/java/sluice/storage/*.java)
+$(JARS)/sluice/sluice-storage.jar: $(STORAGE_JAVA) $(JARS)/spark/.installed | $(BIN)/.installed $(SLUICE_HOME)/.tools
+	@rm -rf $(JARS)/sluice/storage-classes && mkdir -p $(JARS)/sluice/storage-classes
+	javac -nowarn --release 17 -d $(JARS)/sluice/storage-classes \
+	  -cp "$$($(BIN)/python -c 'import pyspark, os; print(os.path.dirname(pyspark.__file__))')/jars/*:$(JARS)/spark/*" $(STORAGE_JAVA)
+	jar cf $@ -C $(JARS)/sluice/storage-classes .
+	@rm -rf $(JARS)/sluice/storage-classes
 
 demo: setup
 	$(BIN)/sluice demo

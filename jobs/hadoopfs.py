@@ -108,8 +108,6 @@ def read_text(spark: SparkSession, path: str) -> str:
 #: Object stores whose objects appear whole when their upload completes, and whose "rename"
 #: is a copy: files are written in place there, not through a temporary file.
 OBJECT_STORES = ("s3a",)
-#: S3A's option for a create that fails if the object exists (S3's ``If-None-Match: *``).
-CONDITIONAL_CREATE = "fs.option.create.conditional.overwrite"
 
 
 def _on_object_store(fs: Any) -> bool:
@@ -222,16 +220,16 @@ def create_new(spark: SparkSession, path: str, text: str) -> bool:
     The text goes to a temporary file, so readers see the whole file or none of it, which
     then takes the name only if it is free, atomically: on a local disk a hard link, on HDFS
     FileContext's rename without overwriting (as Spark's own metadata logs do; also where
-    the local file system has no hard links). On S3 the
-    object is created with S3A's conditional create (``If-None-Match: *``), which S3 itself
-    refuses atomically when the object exists: a put-if-absent.
+    the local file system has no hard links). On S3 the object is uploaded with
+    ``If-None-Match: *``, which S3 itself refuses when the object exists: a put-if-absent
+    that no check made before it can get wrong.
     """
     fs, jpath = _fs(spark, path)
     local = _local(fs, jpath)
     if local is not None and (created := _link_new(local, text)) is not None:
         return created
     if _on_object_store(fs):
-        return _create_if_absent(fs, jpath, text)
+        return _create_if_absent(spark, fs, jpath, text)
     tmp = _write_temporary(spark, fs, jpath, text)
     try:
         _rename(spark, fs, tmp, jpath)
@@ -243,22 +241,35 @@ def create_new(spark: SparkSession, path: str, text: str) -> bool:
         return False
 
 
-#: What S3A raises when the object exists: at open (it looked first) or at close (S3's 412).
-_EXISTS = ("org.apache.hadoop.fs.FileAlreadyExistsException", "org.apache.hadoop.fs.s3a.RemoteFileChangedException")
+def _create_if_absent(spark: SparkSession, fs: Any, jpath: Any, text: str) -> bool:
+    """S3's put-if-absent, decided by the server, through Sluice's JVM helper (the one Delta's
+    log and Spark's checkpoint logs use on S3): an upload with ``If-None-Match: *``, whose
+    refusal is told from a retry of its own upload by an id in the object's metadata."""
+    jvm = spark._jvm
+    assert jvm is not None
+    return bool(jvm.sluice.storage.ConditionalPut.create(fs, jpath, text))
 
 
-def _create_if_absent(fs: Any, jpath: Any, text: str) -> bool:
+class NoPutIfAbsent(RuntimeError):
+    """The object store does not refuse a second create of one object: its commits would not be safe."""
+
+
+def check_put_if_absent(spark: SparkSession, folder: str) -> None:
+    """Refuse an object store that does not decide a put-if-absent (an S3-compatible server that
+    ignores ``If-None-Match: *``): there two writers of one commit would both succeed, and the
+    later one's upload silently replaces the other's. Two creates of one probe object under
+    ``folder``; the second must be refused. Nothing is checked on other file systems."""
+    fs, _ = _fs(spark, folder)
+    if not _on_object_store(fs):
+        return
+    probe = f"{folder.rstrip('/')}/_sluice_probe/{uuid.uuid4().hex}"
     try:
-        out = fs.createFile(jpath).overwrite(False).must(CONDITIONAL_CREATE, "true").build()
-        try:
-            out.write(bytearray(text.encode("utf-8")))
-        finally:
-            out.close()
-        return True
-    except Py4JJavaError as exc:
-        cause = exc.java_exception
-        while cause is not None:
-            if cause.getClass().getName() in _EXISTS:
-                return False
-            cause = cause.getCause()
-        raise
+        first, second = create_new(spark, probe, "first"), create_new(spark, probe, "second")
+    finally:
+        delete(spark, probe)
+    if not first or second:
+        raise NoPutIfAbsent(
+            f"{folder}: this object store does not refuse a second create of one object (S3's If-None-Match: *), "
+            "so two writers of one table or checkpoint could both commit and one commit would be lost; "
+            "see 'What the storage decides' in docs/cluster.md"
+        )

@@ -46,11 +46,12 @@ BASE_CONF = {
 
 
 def spark_jars() -> list[str]:
-    """The connector jars `make setup` resolved: Kafka source/sink and Delta."""
+    """The connector jars `make setup` resolved (Kafka source/sink and Delta), and Sluice's
+    own commit classes for S3 (sluice.storage.PUT_IF_ABSENT)."""
     jars = sorted(str(p) for p in config.jars_dir("spark").glob("*.jar"))
     if not jars:
         raise SluiceError(f"no jars in {config.jars_dir('spark')}: run `make setup`")
-    return jars
+    return jars + storage.commit_jars()
 
 
 def spark_conf(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -258,7 +259,7 @@ def catalog_conf() -> dict[str, str]:
 def sql_jars() -> list[str]:
     """Sluice's own JVM classes (read-only sessions, password logins) and the metastore's
     JDBC driver, built and resolved by `make setup`."""
-    jars = sorted(str(p) for kind in ("sluice", "metastore") for p in config.jars_dir(kind).glob("*.jar"))
-    if not any(j.endswith("sluice-sql.jar") for j in jars):
+    own = config.jars_dir("sluice") / "sluice-sql.jar"
+    if not own.is_file():
         raise SluiceError(f"no sluice-sql.jar in {config.jars_dir('sluice')}: run `make setup`")
-    return jars
+    return [str(own), *sorted(str(p) for p in config.jars_dir("metastore").glob("*.jar"))]

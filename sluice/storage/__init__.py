@@ -202,9 +202,29 @@ def spark_conf(uris: Iterable[str] = ()) -> dict[str, str]:
         if s3_configured() and not any(isinstance(for_uri(u), S3Storage) for u in uris):
             return {}
         raise SluiceError(f"tables on s3a:// need S3A's jars in {config.jars_dir('s3')}: run `make cluster-setup`")
+    if not commit_jars():
+        raise SluiceError(f"no sluice-storage.jar in {config.jars_dir('sluice')}: run `make setup`")
     path = os.pathsep.join(jars)
-    conf = {"spark.driver.extraClassPath": path, "spark.executor.extraClassPath": path}
+    conf = {"spark.driver.extraClassPath": path, "spark.executor.extraClassPath": path} | PUT_IF_ABSENT
     return conf | {f"spark.hadoop.{k}": v for k, v in S3Storage.from_env().hadoop_conf().items()}
+
+
+#: Every commit on S3 is a put-if-absent that the store decides (S3's ``If-None-Match: *``), so
+#: no pause or clock can make two writers both win (jobs/java/sluice/storage): Delta's log
+#: (Delta's own S3 log store checks, then PUTs, under a lock of one JVM), and the offset and
+#: commit logs of Spark's checkpoints (a check, then a copy). A store without conditional
+#: writes is refused when a commit is made, not silently shared.
+PUT_IF_ABSENT = {
+    "spark.delta.logStore.s3a.impl": "sluice.storage.ConditionalPutLogStore",
+    "spark.sql.streaming.checkpointFileManagerClass": "sluice.storage.ConditionalCheckpointFileManager",
+}
+
+
+def commit_jars() -> list[str]:
+    """Sluice's own classes for commits on S3, which `make setup` builds. They go in
+    ``spark.jars`` beside Delta's, whose class loader must see them."""
+    jar = config.jars_dir("sluice") / "sluice-storage.jar"
+    return [str(jar)] if jar.is_file() else []
 
 
 def delta_table(uri: str) -> DeltaTable | None:

@@ -55,6 +55,10 @@ def test_spark_gets_s3a_only_where_s3_is_used(monkeypatch, tmp_path: Path) -> No
         storage.spark_conf(["s3a://bucket/t"])
     (tmp_path / "s3").mkdir()
     (tmp_path / "s3" / "hadoop-aws-3.4.2.jar").touch()
+    with pytest.raises(Exception, match="no sluice-storage.jar .*make setup"):  # no commit on S3 without it
+        storage.spark_conf(["s3a://bucket/t"])
+    (tmp_path / "sluice").mkdir()
+    (tmp_path / "sluice" / "sluice-storage.jar").touch()
     conf = storage.spark_conf(["s3a://bucket/t"])
     assert (
         conf["spark.driver.extraClassPath"]
@@ -62,6 +66,9 @@ def test_spark_gets_s3a_only_where_s3_is_used(monkeypatch, tmp_path: Path) -> No
         == str(tmp_path / "s3" / "hadoop-aws-3.4.2.jar")
     )
     assert conf["spark.hadoop.fs.s3a.endpoint.region"] == "us-east-1"
+    # Every commit on S3 is a put-if-absent the store decides: Delta's log and Spark's checkpoint logs.
+    assert conf["spark.delta.logStore.s3a.impl"] == "sluice.storage.ConditionalPutLogStore"
+    assert conf["spark.sql.streaming.checkpointFileManagerClass"] == "sluice.storage.ConditionalCheckpointFileManager"
 
 
 def test_a_location_reads_like_a_path(tmp_path: Path) -> None:
