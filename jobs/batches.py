@@ -1,15 +1,12 @@
 """What every ``foreachBatch`` writer of a stream shares, whichever mode runs it (micro-batch
 ingest, derived pipelines): the batch's frame (:class:`BatchFrame`), the writer's name in the
 tables' logs, the guard against a new checkpoint over a table with data, declining a batch
-after a stop request, and the test hook that kills the driver between writing a batch and
-Spark committing it."""
+after a stop request, and the fault point between writing a batch and Spark committing it."""
 
 from __future__ import annotations
 
 import json
 import logging
-import os
-import signal
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -17,20 +14,16 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from jobs import fence, hadoopfs
+from jobs import hadoopfs
 from jobs.sinks import TableSink, table_sink
+from sluice import faults
 from sluice.records import checkpoint
 from sluice.records.audit import BatchAudit
 from sluice.records.audit import file_name as audit_file
 from sluice.spec import Pipeline
+from sluice.state.lease import UNFENCED, Fence
 
 log = logging.getLogger("sluice.batches")
-
-
-#: Test hook: SIGKILL the driver's process group right after this batch's tables and audit
-#: are written, before Spark logs the batch as committed: the crash that tests exactly-once
-#: hardest (the batch runs again on restart and must be found already written).
-KILL_AFTER_WRITING = "SLUICE_TEST_KILL_AFTER_WRITING_BATCH"
 
 
 class CheckpointMismatch(RuntimeError):
@@ -55,34 +48,40 @@ _quieted: list[Any] = []  # the levels before: log4j's and Python's
 class BatchFrame(ABC):
     """A ``foreachBatch`` function: one batch written to the pipeline's two tables, in the
     frame every mode shares. Once :meth:`write` is done, the batch's audit is written beside
-    the checkpoint and :meth:`written` reports it; then the test hook may kill the driver
-    before Spark commits the batch.
+    the checkpoint and :meth:`written` reports it; then Spark commits the batch.
 
     Once ``stop`` is set, the next batch declines to start (:class:`StopRequested`) before
     it writes anything. Spark cannot be asked to skip a batch it has planned, and with a
     backlog the next batch starts as soon as the last one commits, so this is how a stop
     takes effect right after the batch in progress: the declined batch is planned in the
-    checkpoint but not committed, and is read again at the next start."""
+    checkpoint but not committed, and is read again at the next start.
 
-    def __init__(self, spark: SparkSession, pipeline: Pipeline, stop: threading.Event | None) -> None:
-        self.spark, self.pipeline, self.stop = spark, pipeline, stop
+    ``fence`` is the driver's lease: a batch begins only while it holds, and each table's
+    commit checks it again."""
+
+    def __init__(
+        self, spark: SparkSession, pipeline: Pipeline, stop: threading.Event | None, fence: Fence = UNFENCED
+    ) -> None:
+        self.spark, self.pipeline, self.stop, self.fence = spark, pipeline, stop, fence
         self._sinks: tuple[TableSink, TableSink] | None = None
 
     def sinks(self) -> tuple[TableSink, TableSink]:
         """The output table and the quarantine, looked up at the first batch that writes."""
         if self._sinks is None:
-            self._sinks = table_sinks(self.spark, self.pipeline)
+            self._sinks = table_sinks(self.spark, self.pipeline, self.fence)
         return self._sinks
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        decline_if_stopping(self.spark, self.pipeline, self.stop, batch_id)
+        decline_if_stopping(self.spark, self.pipeline, self.stop, batch_id, self.fence)
         started = time.monotonic()
         audit = self.write(batch, batch_id)
         audit.seconds = round(time.monotonic() - started, 3)
         audit.written_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         hadoopfs.write_text(self.spark, f"{self.pipeline.audit_path}/{audit_file(batch_id)}", audit.to_json())
         self.written(audit)
-        kill_if_asked(self.pipeline, batch_id)
+        # The crash that tests exactly-once hardest: the batch runs again on restart and must be
+        # found written already (tests/e2e/test_exactly_once.py).
+        faults.point("batch.written", batch_id)
 
     @abstractmethod
     def write(self, batch: DataFrame, batch_id: int) -> BatchAudit:
@@ -93,19 +92,13 @@ class BatchFrame(ABC):
         """Report a batch whose tables and audit are written (its log lines, its counts)."""
 
 
-def kill_if_asked(pipeline: Pipeline, batch_id: int) -> None:
-    """The test hook (:data:`KILL_AFTER_WRITING`): called once a batch's writes are done."""
-    if os.environ.get(KILL_AFTER_WRITING) == str(batch_id):
-        log.warning(
-            "%s: %s=%d: killing this driver before Spark commits the batch", pipeline.name, KILL_AFTER_WRITING, batch_id
-        )
-        os.killpg(os.getpgrp(), signal.SIGKILL)
-
-
-def decline_if_stopping(spark: SparkSession, pipeline: Pipeline, stop: threading.Event | None, batch_id: int) -> None:
+def decline_if_stopping(
+    spark: SparkSession, pipeline: Pipeline, stop: threading.Event | None, batch_id: int, fence: Fence = UNFENCED
+) -> None:
     """Raise :class:`StopRequested` when a stop was asked for, before the batch writes anything;
-    :class:`~sluice.state.LeaseLost` if this driver may no longer write at all."""
-    fence.check()
+    :class:`~sluice.state.lease.LeaseLost` if this driver may no longer write at all. While the
+    run-state store does not answer for longer than the lease, the batch waits here."""
+    fence.check(before_batch=True)
     if stop is None or not stop.is_set():
         return
     log.info(
@@ -188,9 +181,12 @@ def check_checkpoint(spark: SparkSession, pipeline: Pipeline) -> None:
             )
 
 
-def table_sinks(spark: SparkSession, pipeline: Pipeline) -> tuple[TableSink, TableSink]:
+def table_sinks(spark: SparkSession, pipeline: Pipeline, fence: Fence = UNFENCED) -> tuple[TableSink, TableSink]:
     """The pipeline's output table and quarantine, each written by this checkpoint's writer."""
     date_col = pipeline.spec.date_partition.column
     sink = table_sink(pipeline.spec.sink.format)
     writer = query_id(spark, pipeline)
-    return sink(spark, pipeline.sink_path, date_col, writer), sink(spark, pipeline.quarantine_path, date_col, writer)
+    return (
+        sink(spark, pipeline.sink_path, date_col, writer, fence),
+        sink(spark, pipeline.quarantine_path, date_col, writer, fence),
+    )

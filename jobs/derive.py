@@ -55,6 +55,7 @@ from sluice.spec.derived import (
     signature_changes,
 )
 from sluice.spec.model import duration_ms
+from sluice.state.lease import UNFENCED, Fence
 
 log = logging.getLogger("sluice.derive")
 
@@ -229,8 +230,15 @@ def late_watermark(spark: SparkSession, pipeline: Pipeline, batch_id: int) -> in
 class DerivedWriter(BatchFrame):
     """The ``foreachBatch`` function of a derived pipeline (see the module's doc)."""
 
-    def __init__(self, spark: SparkSession, pipeline: Pipeline, events: EventLog, stop: threading.Event | None) -> None:
-        super().__init__(spark, pipeline, stop)
+    def __init__(
+        self,
+        spark: SparkSession,
+        pipeline: Pipeline,
+        events: EventLog,
+        stop: threading.Event | None,
+        fence: Fence = UNFENCED,
+    ) -> None:
+        super().__init__(spark, pipeline, stop, fence)
         self.events = events
         self.d = pipeline.derivation
 
@@ -348,6 +356,7 @@ def start(
     events: EventLog,
     available_now: bool = False,
     stop: threading.Event | None = None,
+    fence: Fence = UNFENCED,
 ) -> StreamingQuery:
     clear_unfinished_writes(spark, pipeline)
     check_checkpoint(spark, pipeline)
@@ -361,7 +370,7 @@ def start(
         both.writeStream.queryName(pipeline.name)
         .outputMode(pipeline.derivation.output_mode)
         .option("checkpointLocation", pipeline.checkpoint_path)
-        .foreachBatch(DerivedWriter(spark, pipeline, events, stop))
+        .foreachBatch(DerivedWriter(spark, pipeline, events, stop, fence))
         .trigger(**trigger)
         .start()
     )

@@ -23,19 +23,21 @@ import os
 import sys
 import threading
 from collections.abc import Callable
+from urllib.parse import urlsplit
 
 from pyspark.sql import SparkSession
 
-from jobs import fence
+from jobs import hadoopfs
 from jobs.lifecycle import configure_logging, stop_on_signals
 from jobs.lineage import StreamLineage
 from jobs.modes import mode_of
 from jobs.status import StatusReporter
 from sluice.errors import root_cause
-from sluice.records import locks
 from sluice.records.backfill import BackfillPlan
 from sluice.records.run import Driver
 from sluice.spec import Pipeline, SpecError, Trigger, load_pipeline
+from sluice.state import lease as leases
+from sluice.state.lease import UNFENCED, Fence
 
 log = logging.getLogger("sluice.ingest")
 
@@ -71,17 +73,17 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:
             log.error("invalid backfill: %s", exc)
             return 2
-    claims = locks.claims_for(pipeline, backfill.id if backfill else None)
+    claims = leases.claims_for(pipeline, backfill.id if backfill else None)
     try:
         # The lease the launcher took for this run is adopted (same owner); a run started by hand takes its own.
-        lease = locks.take(pipeline.name, claims, os.environ.get(locks.OWNER_ENV))
-    except locks.Claimed as exc:
+        lease = leases.take(pipeline.name, claims, os.environ.get(leases.OWNER_ENV))
+    except leases.Claimed as exc:
         log.error("%s", exc)
         return 4
     try:
         return drive(pipeline, backfill, args.available_now, args.processing_time, args.rebuild, lease)
     finally:
-        locks.release(lease)
+        leases.release(lease)
 
 
 def drive(
@@ -90,32 +92,32 @@ def drive(
     available_now: bool,
     processing_time: str | None,
     rebuild: bool = False,
-    lease: locks.Lease | None = None,
+    lease: leases.Lease | None = None,
 ) -> int:
     """Run the stream (or backfill) until it ends or SIGTERM/Ctrl-C stops it; the exit code.
 
-    The lease is renewed beside it (:class:`~sluice.records.locks.Keeper`): a stop asked for on
-    any host, or the lease lost, stops the stream like SIGTERM does, and a lost lease also
-    keeps its writers from writing again (:mod:`jobs.fence`)."""
+    The lease is renewed beside it (:class:`~sluice.state.lease.Fence`), which every batch
+    and commit checks: a stop asked for on any host, or the lease lost, stops the stream like
+    SIGTERM does, and a lost lease also keeps its writers from writing again."""
     stop = stop_on_signals(log)
+    fence: Fence = UNFENCED
     if lease is not None:
-        fence.keeper = locks.Keeper(lease, stop, None if backfill else stop_requested(lease)).start()
+        fence = Fence(lease, stop, None if backfill else stop_requested(lease)).start()
     try:
-        return _drive(pipeline, backfill, available_now, processing_time, rebuild, stop)
+        return _drive(pipeline, backfill, available_now, processing_time, rebuild, stop, fence)
     finally:
-        if fence.keeper is not None:
-            fence.keeper.close()
+        fence.close()
 
 
-def lost_lease(error: Exception | None) -> str | None:
+def lost_lease(error: Exception | None, fence: Fence) -> str | None:
     """Why this run ends with :data:`LEASE_LOST`, if it does: another driver runs this checkpoint
     now, and this one wrote nothing since. Whether the loss failed a batch (``error``) or was
     seen between batches, where it stops the query as cleanly as a stop request does, the
     supervisor is told the same."""
-    return fence.verify() if error is not None else fence.lost()
+    return fence.verify() if error is not None else fence.lost
 
 
-def stop_requested(lease: locks.Lease) -> Callable[[], bool]:
+def stop_requested(lease: leases.Lease) -> Callable[[], bool]:
     """Has a stop of this run been asked for, on any host (``sluice stop``, action=stop)?"""
 
     def asked() -> bool:
@@ -132,23 +134,28 @@ def _drive(
     processing_time: str | None,
     rebuild: bool,
     stop: threading.Event,
+    fence: Fence,
 ) -> int:
     spark = SparkSession.builder.appName(f"sluice-{pipeline.name}").getOrCreate()
-    if fence.keeper is not None:
-        fence.keeper.app_id = spark.sparkContext.applicationId
+    fence.app_id = spark.sparkContext.applicationId
     mode = mode_of(pipeline)
     if rebuild and (not mode.rebuilds or backfill is not None):
         log.error("%s: only a pipeline that reads another pipeline's table is rebuilt", pipeline.name)
         return 2
     lineage = StreamLineage.for_driver(pipeline, spark.version) if backfill is None else None
-    reporter = StatusReporter(spark, pipeline.name, lineage) if backfill is None else None
+    reporter = StatusReporter(spark, pipeline.name, lineage, fence) if backfill is None else None
     if reporter is not None:
         reporter.report("starting")
     error: Exception | None
     try:
         mode.refuse(backfill, available_now, processing_time)
+        tables = [pipeline.sink_path, pipeline.quarantine_path] if pipeline.table_format else []
+        for folder in {urlsplit(f).netloc: f for f in reversed([pipeline.checkpoint_path, *tables])}.values():
+            hadoopfs.check_put_if_absent(spark, folder)  # once per bucket, where this driver commits
         mode.prepare(spark, rebuild)
-        error = mode.run(spark, stop=stop, available_now=available_now, backfill=backfill, reporter=reporter)
+        error = mode.run(
+            spark, stop=stop, available_now=available_now, backfill=backfill, reporter=reporter, fence=fence
+        )
     except mode.refusals as exc:
         if reporter is not None:
             reporter.failed(spark, pipeline.checkpoint_path, str(exc))
@@ -164,7 +171,7 @@ def _drive(
     finally:
         if lineage is not None:  # its last events, told in the branches above
             lineage.close()
-    lost = lost_lease(error)
+    lost = lost_lease(error, fence)
     if lost is not None:
         log.error("%s", lost)
         return LEASE_LOST

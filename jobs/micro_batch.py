@@ -24,7 +24,7 @@ from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from jobs import expectations, fence, hadoopfs
+from jobs import expectations, hadoopfs
 from jobs.backfill import clip_to_stream, drop_present, in_range, source_options
 from jobs.batches import (
     BatchFrame,
@@ -42,6 +42,7 @@ from sluice.records.backfill import BackfillPlan
 from sluice.spec import Pipeline, compatibility
 from sluice.spec.columns import RESCUED_MAP
 from sluice.spec.loader import recorded, restore
+from sluice.state.lease import UNFENCED, Fence
 
 log = logging.getLogger("sluice.ingest")
 
@@ -71,8 +72,9 @@ class BatchWriter(BatchFrame):
         stop: threading.Event | None = None,
         until: int | None = None,
         counts: dict[int, WriterCounts] | None = None,
+        fence: Fence = UNFENCED,
     ) -> None:
-        super().__init__(spark, pipeline, stop)
+        super().__init__(spark, pipeline, stop, fence)
         self.backfill = backfill
         self.until = until  # set ``stop`` once this batch is written: a replay ends after it
         # Each batch's records in, for the event log and status: Spark counts a record each
@@ -166,7 +168,7 @@ class BatchWriter(BatchFrame):
         metrics = observed(seen)
         skipped = metrics is None
         if metrics is None:  # the table had this batch (written by a driver that took this one's lease?)
-            fence.check()
+            self.fence.check()
             log.warning("%s batch %d: the output table skipped it; counting it again", self.pipeline.name, batch_id)
             row = batch.agg(*audit_columns(self.pipeline, partitions)).first()
             assert row is not None  # an aggregate without grouping has one row
@@ -283,7 +285,7 @@ def observed(seen: Observation, timeout: float | None = None) -> dict[str, Any] 
     is in it already) runs no query. Observation.get would wait for ever, and so does the
     waiting thread then, blocked in the JVM until the driver exits: a one-pass write is
     skipped only when another driver wrote the batch, whose lease this one then lost, so
-    that is one thread, once, in a driver about to stop (see fence.check)."""
+    that is one thread, once, in a driver about to stop (see Fence.check)."""
     box: dict[str, Any] = {}
     waiter = threading.Thread(target=lambda: box.update(seen.get), name="sluice-observed", daemon=True)
     waiter.start()
@@ -413,9 +415,11 @@ def start(
     stop: threading.Event | None = None,
     until: int | None = None,
     counts: dict[int, WriterCounts] | None = None,
+    fence: Fence = UNFENCED,
 ) -> StreamingQuery:
     """Start the pipeline's streaming query (or one backfill's) and return it; with ``until``,
-    it sets ``stop`` once that batch is written; ``counts`` gets each batch's records in."""
+    it sets ``stop`` once that batch is written; ``counts`` gets each batch's records in;
+    ``fence`` is the driver's lease, which every batch checks."""
     shapes = functools.cache(lambda fmt, path: table_shape(spark, fmt, path))  # each table read once
     compatibility.check(pipeline, shapes)
     log_growth(pipeline, shapes)
@@ -436,7 +440,7 @@ def start(
         parse(raw, pipeline)
         .writeStream.queryName(pipeline.name if backfill is None else f"{pipeline.name}-backfill-{backfill.id}")
         .option("checkpointLocation", pipeline.checkpoint_path)
-        .foreachBatch(BatchWriter(spark, pipeline, backfill, stop, until, counts))
+        .foreachBatch(BatchWriter(spark, pipeline, backfill, stop, until, counts, fence))
         .trigger(**trigger)
         .start()
     )

@@ -24,7 +24,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from jobs import continuous, derive, fence, hadoopfs, micro_batch
+from jobs import continuous, derive, hadoopfs, micro_batch
 from jobs.backfill import BackfillRefused
 from jobs.batches import STOP_MARKER, CheckpointMismatch, last_committed, restore_query_logging
 from jobs.events import EventLog
@@ -35,6 +35,7 @@ from sluice.records.audit import file_name as audit_file
 from sluice.records.backfill import BackfillPlan
 from sluice.spec import Pipeline, compatibility
 from sluice.spec.continuous import ContinuousError
+from sluice.state.lease import UNFENCED, Fence
 
 log = logging.getLogger("sluice.ingest")
 
@@ -45,14 +46,14 @@ log = logging.getLogger("sluice.ingest")
 _SPARK_57438 = 'Cannot invoke "scala.collection.IterableOps.map(scala.Function1)" because the return value of "scala.Option.get()" is null'
 MAX_NPE_RESTARTS = 3
 # A driver paused past its lease can wake between its batch's write and Spark's own entry in
-# the commit or offset log, and write that entry before its next batch finds the lease gone
-# (its writes to the tables are fenced; Spark's log is not). The driver that took over then
-# fails on the same entry. Holding the lease, it starts again from the checkpoint, which
+# the commit or offset log, and write that entry before its next batch finds the lease gone.
+# The log's put-if-absent lets only one of the two drivers write an entry; the one that
+# finds it written fails on it. Holding the lease, it starts again from the checkpoint, which
 # now has the entry: the batch's rows are in the tables once either way.
 _CONCURRENT_LOG = "CONCURRENT_STREAM_LOG_UPDATE"
 
 
-def _restartable(error: Exception) -> str | None:
+def _restartable(error: Exception, fence: Fence) -> str | None:
     """Why the query may start again from its checkpoint after ``error`` (None: it may not)."""
     if _SPARK_57438 in str(error):
         return "SPARK-57438 (replayed batch committed)"
@@ -68,6 +69,7 @@ class RunMode(ABC):
         CheckpointMismatch,
         compatibility.IncompatibleTable,
         BackfillRefused,
+        hadoopfs.NoPutIfAbsent,
     )
 
     def __init__(self, pipeline: Pipeline) -> None:
@@ -95,8 +97,10 @@ class RunMode(ABC):
         available_now: bool = False,
         backfill: BackfillPlan | None = None,
         reporter: StatusReporter | None = None,
+        fence: Fence = UNFENCED,
     ) -> Exception | None:
-        """Run until the query ends or ``stop`` is set; the query's error, if any."""
+        """Run until the query ends or ``stop`` is set; the query's error, if any. ``fence`` is
+        the driver's lease, which every batch and commit checks."""
 
 
 class BatchMode(RunMode):
@@ -110,10 +114,13 @@ class BatchMode(RunMode):
         available_now: bool,
         backfill: BackfillPlan | None,
         stop: threading.Event,
+        fence: Fence,
     ) -> StreamingQuery:
         """Start the query."""
 
-    def before(self, spark: SparkSession, reporter: StatusReporter | None, events: EventLog) -> Exception | None:
+    def before(
+        self, spark: SparkSession, reporter: StatusReporter | None, events: EventLog, fence: Fence
+    ) -> Exception | None:
         """Work a stream does before its query starts; its error ends the run."""
         return None
 
@@ -129,6 +136,7 @@ class BatchMode(RunMode):
         available_now: bool = False,
         backfill: BackfillPlan | None = None,
         reporter: StatusReporter | None = None,
+        fence: Fence = UNFENCED,
     ) -> Exception | None:
         stop = stop or threading.Event()
         events = EventLog(self.pipeline.name, self.pipeline.name)
@@ -138,7 +146,7 @@ class BatchMode(RunMode):
             if reporter is not None:
                 reporter.counts = events.counts
         try:
-            return self._run(spark, available_now, stop, backfill, reporter, events)
+            return self._run(spark, available_now, stop, backfill, reporter, events, fence)
         finally:
             if backfill is None:
                 spark.streams.removeListener(events)
@@ -152,18 +160,19 @@ class BatchMode(RunMode):
         backfill: BackfillPlan | None,
         reporter: StatusReporter | None,
         events: EventLog,
+        fence: Fence,
     ) -> Exception | None:
         pipeline = self.pipeline
         error: Exception | None = None
         if backfill is None:
-            error = self.before(spark, reporter, events)
+            error = self.before(spark, reporter, events, fence)
             if error is not None:
                 if reporter is not None:
                     reporter.failed(spark, pipeline.checkpoint_path, str(error))
                 return error
         restarts = 0
         while True:
-            query = self.start(spark, events, available_now, backfill, stop)
+            query = self.start(spark, events, available_now, backfill, stop, fence)
             if restarts == 0:
                 log.info(
                     "%s: started query %s (%s sink, checkpoint %s)",
@@ -182,7 +191,7 @@ class BatchMode(RunMode):
             if error is not None and STOP_MARKER in str(error):
                 log.info("stopping %s after its last committed batch", query.name)
                 error = None
-            why = None if error is None or restarts == MAX_NPE_RESTARTS else _restartable(error)
+            why = None if error is None or restarts == MAX_NPE_RESTARTS else _restartable(error, fence)
             if why is None:
                 if reporter is not None and error is not None:
                     reporter.failed(spark, pipeline.checkpoint_path, str(error), query)
@@ -203,14 +212,17 @@ class MicroBatch(BatchMode):
         available_now: bool,
         backfill: BackfillPlan | None,
         stop: threading.Event,
+        fence: Fence,
     ) -> StreamingQuery:
         counts = events.counts if backfill is None else None
         return micro_batch.start(
-            spark, self.pipeline, available_now=available_now, backfill=backfill, stop=stop, counts=counts
+            spark, self.pipeline, available_now=available_now, backfill=backfill, stop=stop, counts=counts, fence=fence
         )
 
-    def before(self, spark: SparkSession, reporter: StatusReporter | None, events: EventLog) -> Exception | None:
-        return replay_planned_batch(spark, self.pipeline, reporter, events)
+    def before(
+        self, spark: SparkSession, reporter: StatusReporter | None, events: EventLog, fence: Fence
+    ) -> Exception | None:
+        return replay_planned_batch(spark, self.pipeline, reporter, events, fence)
 
 
 class Derived(BatchMode):
@@ -238,8 +250,9 @@ class Derived(BatchMode):
         available_now: bool,
         backfill: BackfillPlan | None,
         stop: threading.Event,
+        fence: Fence,
     ) -> StreamingQuery:
-        return derive.start(spark, self.pipeline, events, available_now=available_now, stop=stop)
+        return derive.start(spark, self.pipeline, events, available_now=available_now, stop=stop, fence=fence)
 
     def explain(self, error: Exception) -> Exception:
         return derive.upstream_changed(self.pipeline, error) or error
@@ -262,6 +275,7 @@ class Continuous(RunMode):
         available_now: bool = False,
         backfill: BackfillPlan | None = None,
         reporter: StatusReporter | None = None,
+        fence: Fence = UNFENCED,
     ) -> Exception | None:
         return continuous.run(spark, self.pipeline, stop or threading.Event(), reporter)
 
@@ -281,12 +295,13 @@ def run(
     stop: threading.Event | None = None,
     backfill: BackfillPlan | None = None,
     reporter: StatusReporter | None = None,
+    fence: Fence = UNFENCED,
 ) -> Exception | None:
     """Run the pipeline (or one backfill of it) in its mode until it ends or is stopped; its
     error, if any. A run its mode cannot do raises one of the mode's refusals."""
     mode = mode_of(pipeline)
     mode.refuse(backfill, available_now, None)
-    return mode.run(spark, stop=stop, available_now=available_now, backfill=backfill, reporter=reporter)
+    return mode.run(spark, stop=stop, available_now=available_now, backfill=backfill, reporter=reporter, fence=fence)
 
 
 def run_until_stopped(
@@ -318,7 +333,7 @@ def run_until_stopped(
 
 
 def replay_planned_batch(
-    spark: SparkSession, pipeline: Pipeline, reporter: StatusReporter | None, events: EventLog
+    spark: SparkSession, pipeline: Pipeline, reporter: StatusReporter | None, events: EventLog, fence: Fence = UNFENCED
 ) -> Exception | None:
     """Replay a batch a crash interrupted under the spec it was planned with, when the spec
     has changed since (a new schema version, other rules): it ends after that batch, so the
@@ -334,7 +349,9 @@ def replay_planned_batch(
         batch,
     )
     done = threading.Event()
-    query = micro_batch.start(spark, previous, available_now=True, stop=done, until=batch, counts=events.counts)
+    query = micro_batch.start(
+        spark, previous, available_now=True, stop=done, until=batch, counts=events.counts, fence=fence
+    )
     run_until_stopped(query, done, reporter=reporter, events=events, spark=spark)
     restore_query_logging(spark)  # the query that follows reports its own errors in full
     error: Exception | None = query.exception()

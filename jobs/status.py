@@ -16,12 +16,12 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from jobs import fence
 from jobs.batches import last_committed
 from jobs.events import WriterCounts
 from jobs.lineage import StreamLineage
 from sluice.errors import SluiceError, root_cause
 from sluice.records.run import Failures, Status
+from sluice.state.lease import UNFENCED, Fence
 
 log = logging.getLogger("sluice.status")
 
@@ -79,9 +79,14 @@ def run_summary(progress: list[Any], counts: dict[int, WriterCounts] | None = No
 
 
 class StatusReporter:
-    def __init__(self, spark: SparkSession, name: str, lineage: StreamLineage | None = None) -> None:
+    def __init__(
+        self, spark: SparkSession, name: str, lineage: StreamLineage | None = None, fence: Fence = UNFENCED
+    ) -> None:
         sc = spark.sparkContext
         self.name, self.app_id, self.ui = name, sc.applicationId, sc.uiWebUrl
+        #: The driver's lease: its reports are written only while it holds (see the module doc).
+        self.fence = fence
+        self._unreported: str | None = None  # why reports fail, said once until they pass again
         #: The run's OpenLineage events, told each state reported here (None: not configured).
         self.lineage = lineage
         self.records_read, self.counted_upto = 0, -1
@@ -92,7 +97,7 @@ class StatusReporter:
         self.failed_batch = failures.batch if failures else None
 
     def report(self, state: str, query: StreamingQuery | None = None, error: str | None = None) -> None:
-        if fence.lost():
+        if self.fence.lost:
             return
         status = Status(self.name, state, os.getpid(), time.time(), self.app_id, ui=self.ui, error=error)
         if query is not None:
@@ -100,12 +105,20 @@ class StatusReporter:
             status.last_progress = _progress_summary(query.lastProgress, self.counts)
             done = query.lastProgress["batchId"] if query.lastProgress else None
             if self.failed_batch is not None and done is not None and int(done) >= self.failed_batch:
-                Failures.clear(self.name, fence=fence.lease())
-                self.failed_batch = None
+                try:
+                    Failures.clear(self.name, fence=self.fence.token)
+                    self.failed_batch = None
+                except SluiceError:
+                    pass  # tried again at the next report
         try:
-            status.save(fence=fence.lease())
-        except SluiceError as exc:  # lost, or the store did not answer: the lease keeper acts on it
-            log.warning("%s: status not reported: %s", self.name, exc)
+            status.save(fence=self.fence.token)
+            if self._unreported is not None:
+                log.info("%s: status reported again", self.name)
+                self._unreported = None
+        except SluiceError as exc:  # lost, or the store did not answer: the lease's fence acts on it
+            if self._unreported is None:
+                log.warning("%s: status not reported: %s", self.name, exc)
+            self._unreported = str(exc)
         if self.lineage is not None:
             try:
                 self.lineage.observe(state, self._records_read(query), error)
@@ -128,14 +141,17 @@ class StatusReporter:
         """Report the failure's root cause, and count it against the batch a restart runs
         next (supervision stops restarting after too many in a row); the cause's one line."""
         cause = root_cause(error)
-        if fence.verify():  # not this driver's failure to count: another one runs now
+        if self.fence.verify():  # not this driver's failure to count: another one runs now
             return cause
         self.report("failed", query, cause)
         try:
             batch = next_batch(spark, checkpoint_path)
         except Exception:  # the checkpoint cannot be listed (the reason it failed?): count it anyway
             batch = -1
-        self.failed_batch = Failures.record(self.name, batch, cause, fence=fence.lease()).batch
+        try:
+            self.failed_batch = Failures.record(self.name, batch, cause, fence=self.fence.token).batch
+        except SluiceError as exc:  # the store did not answer: the failure is in this log, not counted
+            log.warning("%s: failure not counted: %s", self.name, exc)
         return cause
 
 

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from sluice.records import locks
-from sluice.state import Claim, Claimed, Holder, LeaseLost, Store, live
+from sluice.state import Store
+from sluice.state import lease as leases
+from sluice.state.lease import Claim, Claimed, Holder, LeaseLost, live
 
 
 def _claims(folder: Path, name: str = "p") -> list[Claim]:
@@ -34,45 +35,66 @@ def records_round_trip(store: Store, folder: Path) -> None:
     assert store.get("driver", "p") is None
 
 
+def a_record_is_compared_and_set_on_its_version(store: Store, folder: Path) -> None:
+    assert store.put_if("driver", "p", {"desired": "running"}, 0)  # no record yet: version 0
+    assert not store.put_if("driver", "p", {"desired": "running"}, 0)  # it exists now
+    assert store.get("driver", "p") == {"desired": "running", "version": 1}
+    assert store.put_if("driver", "p", {"desired": "stopped"}, 1)
+    assert not store.put_if("driver", "p", {"desired": "running"}, 1)  # read before the stop: refused
+    assert store.get("driver", "p") == {"desired": "stopped", "version": 2}
+
+
 def one_holder_then_takeover_with_a_new_epoch(store: Store, folder: Path) -> None:
     claims = _claims(folder)
-    a = store.acquire(claims, Holder("p", "host-a", 1, "owner-a"), ttl=1.0)
+    a = leases.acquire(claims, Holder("p", "host-a", 1, "owner-a"), ttl=1.0, on=store)
     with pytest.raises(Claimed, match=r"in use by 'p' \(driver pid 1 on host-a, lease epoch 1\)") as refused:
-        store.acquire(claims, Holder("p", "host-b", 2, "owner-b"), ttl=1.0)
+        leases.acquire(claims, Holder("p", "host-b", 2, "owner-b"), ttl=1.0, on=store)
     assert refused.value.holder is not None and refused.value.holder.host == "host-a"
     store.put("status", "p", {"state": "running"}, fence=a)  # a's writes pass while it holds the lease
-    a = store.renew(a)
+    a = leases.renew(a, on=store)
     time.sleep(1.2)  # a's host is gone: nobody renews
-    assert not live(store.holders(claims)[claims[0]], store.now())
-    b = store.acquire(claims, Holder("p", "host-b", 2, "owner-b"), ttl=30.0)
+    assert not live(leases.holders(claims, on=store)[claims[0]], store.now())
+    b = leases.acquire(claims, Holder("p", "host-b", 2, "owner-b"), ttl=30.0, on=store)
     assert set(b.epochs.values()) == {2} and b.holder.epoch == 2
     # a wakes up (a paused VM): it may renew nothing and write nothing over b's records.
     with pytest.raises(LeaseLost, match=r"lost the lease on .* \(epoch 1\); it is held by 'p' .*host-b"):
-        store.renew(a)
+        leases.renew(a, on=store)
     with pytest.raises(LeaseLost):
         store.put("status", "p", {"state": "failed"}, fence=a)
-    with pytest.raises(LeaseLost), store.exclusive("commit:t", fence=a, timeout=5):
-        pytest.fail("a stale holder entered the commit section")
     assert store.get("status", "p") == {"state": "running"}
-    store.release(a)  # not a's any more: nothing happens
-    assert store.holders(claims)[claims[0]].owner == "owner-b"
-    store.release(b)
-    assert claims[0] not in store.holders(claims)
-    c = store.acquire(claims, Holder("p", "host-c", 3, "owner-c"), ttl=30.0)
+    leases.release(a, on=store)  # not a's any more: nothing happens
+    assert leases.holders(claims, on=store)[claims[0]].owner == "owner-b"
+    leases.release(b, on=store)
+    assert claims[0] not in leases.holders(claims, on=store)
+    c = leases.acquire(claims, Holder("p", "host-c", 3, "owner-c"), ttl=30.0, on=store)
     assert c.holder.epoch == 3  # epochs never go back, also after a release
-    store.release(c)
+    leases.release(c, on=store)
+
+
+def a_lease_that_expired_unclaimed_is_taken_back_at_its_epoch(store: Store, folder: Path) -> None:
+    """A driver cut off from the store (or paused) past its ttl, which nobody took over
+    meanwhile, takes its lease back when it reaches the store again: same epoch."""
+    claims = _claims(folder)
+    a = leases.acquire(claims, Holder("p", "host-a", 1, "owner-a"), ttl=0.5, on=store)
+    time.sleep(0.7)
+    assert not live(leases.holders(claims, on=store)[claims[0]], store.now())
+    a = leases.renew(a, on=store)
+    assert live(leases.holders(claims, on=store)[claims[0]], store.now())
+    assert set(a.epochs.values()) == {1}
+    store.put("status", "p", {"state": "running"}, fence=a)
+    leases.release(a, on=store)
 
 
 def a_launch_is_adopted_by_its_job(store: Store, folder: Path) -> None:
     claims = _claims(folder)
-    launch = store.acquire(claims, Holder("p", "host-a", 10, "launch-1"), ttl=30.0)
-    job = store.acquire(claims, Holder("p", "host-a", 11, "launch-1"), ttl=30.0)  # same owner: adopted
+    launch = leases.acquire(claims, Holder("p", "host-a", 10, "launch-1"), ttl=30.0, on=store)
+    job = leases.acquire(claims, Holder("p", "host-a", 11, "launch-1"), ttl=30.0, on=store)  # same owner: adopted
     assert job.epochs == launch.epochs
-    store.release(launch)  # the launcher gives up only what it still holds itself: nothing
-    assert store.holders(claims)[claims[0]].pid == 11
-    assert store.expire(claims, "launch-1", pid=10) is False
-    assert store.expire(claims, "launch-1") is True  # its application ended: freed
-    assert claims[0] not in store.holders(claims)
+    leases.release(launch, on=store)  # the launcher gives up only what it still holds itself: nothing
+    assert leases.holders(claims, on=store)[claims[0]].pid == 11
+    assert leases.expire(claims, "launch-1", pid=10, on=store) is False  # a failed launch frees only its own
+    assert leases.expire(claims, "launch-1", on=store) is True
+    assert claims[0] not in leases.holders(claims, on=store)
 
 
 def concurrent_acquisitions_have_one_winner(store: Store, folder: Path) -> None:
@@ -87,7 +109,7 @@ def concurrent_acquisitions_have_one_winner(store: Store, folder: Path) -> None:
         ) -> None:
             barrier.wait()
             try:
-                store.acquire(claims, Holder("p", f"host-{n}", n, f"owner-{n}"), ttl=30.0)
+                leases.acquire(claims, Holder("p", f"host-{n}", n, f"owner-{n}"), ttl=30.0, on=store)
                 winners.append(f"owner-{n}")
             except Claimed:
                 pass
@@ -98,21 +120,21 @@ def concurrent_acquisitions_have_one_winner(store: Store, folder: Path) -> None:
         for t in threads:
             t.join(30)
         assert len(winners) == 1, f"round {round_}: {winners}"
-        assert {h.owner for h in store.holders(claims).values()} == set(winners)
+        assert {h.owner for h in leases.holders(claims, on=store).values()} == set(winners)
 
 
 def a_dead_local_holder_frees_at_once(store: Store, folder: Path, env: dict[str, str]) -> None:
     claims = _claims(folder)
     code = (
-        "import os, signal; from sluice.records import locks\n"
-        f"claims = [locks.Claim(p, r) for p, r in {[(c.path, c.role) for c in claims]!r}]\n"
-        "locks.take('p', claims, ttl=600)\n"
+        "import os, signal; from sluice.state import lease\n"
+        f"claims = [lease.Claim(p, r) for p, r in {[(c.path, c.role) for c in claims]!r}]\n"
+        "lease.take('p', claims, ttl=600)\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"
     )
     assert subprocess.run([sys.executable, "-c", code], env=os.environ | env, timeout=60).returncode == -9
-    held = store.holders(claims)[claims[0]]
+    held = leases.holders(claims, on=store)[claims[0]]
     assert held.expires_at > store.now() + 500 and not live(held, store.now())
-    store.release(store.acquire(claims, Holder.me("p"), ttl=5.0))
+    leases.release(leases.acquire(claims, Holder.me("p"), ttl=5.0, on=store), on=store)
 
 
 def the_commit_section_is_one_at_a_time(store: Store, folder: Path) -> None:
@@ -121,7 +143,7 @@ def the_commit_section_is_one_at_a_time(store: Store, folder: Path) -> None:
 
     def commit(n: int) -> None:
         for _ in range(5):
-            with store.exclusive("commit:t", fence=None, timeout=30):
+            with store.exclusive("commit:t", timeout=30):
                 inside.append(n)
                 if len(inside) > 1:
                     overlaps.append(n)
@@ -136,35 +158,53 @@ def the_commit_section_is_one_at_a_time(store: Store, folder: Path) -> None:
     assert overlaps == []
 
 
-def a_keeper_stops_its_driver_when_the_lease_is_lost(store: Store, folder: Path) -> None:
+def a_fence_stops_its_driver_when_the_lease_is_lost(store: Store, folder: Path) -> None:
     claims = _claims(folder)
-    lease = store.acquire(claims, Holder.me("p"), ttl=2.0)
+    lease = leases.acquire(claims, Holder.me("p"), ttl=2.0, on=store)
     stop = threading.Event()
-    keeper = locks.Keeper(lease, stop, every=0.1).start()
+    fence = leases.Fence(lease, stop, every=0.1).start()
     try:
         time.sleep(0.5)
-        keeper.confirm()  # renewed meanwhile: still the writer
-        # Taken over behind its back (an operator's expire, or its ttl passed while it was cut off).
-        store.expire(claims, lease.holder.owner)
-        store.acquire(claims, Holder("p", "host-b", 2, "owner-b"), ttl=30.0)
-        assert stop.wait(5), "the keeper did not stop its driver"
-        with pytest.raises(LeaseLost, match="host-b"):
-            keeper.check()
+        fence.confirm()  # renewed meanwhile: still the writer
+        # Taken over behind its back (its launch's clean-up, or its ttl passed while it was cut off).
+        leases.expire(claims, lease.holder.owner, on=store)
+        leases.acquire(claims, Holder("p", "host-b", 2, "owner-b"), ttl=30.0, on=store)
+        assert stop.wait(5), "the fence did not stop its driver"
+        with pytest.raises(LeaseLost, match="freed|host-b"):
+            fence.check()
+        with pytest.raises(LeaseLost), leases.commit_section(Claim("t", "commit"), fence, timeout=5):
+            pytest.fail("a stale holder entered the commit section")
     finally:
-        keeper.close()
-    # A paused driver: its own clock says the lease ran out, before it asks anyone.
-    paused = store.acquire(_claims(folder / "paused", "q"), Holder.me("q"), ttl=1.0)
-    keeper = locks.Keeper(paused, threading.Event(), every=60)  # never renews
+        fence.close()
+
+
+def a_paused_driver_waits_for_its_lease_and_takes_it_back(store: Store, folder: Path) -> None:
+    """Its own clock says the lease ran out (it was paused, or the store did not answer): a
+    batch waits, and goes on once the lease is this driver's again, same epoch."""
+    claims = _claims(folder / "paused", "q")
+    paused = leases.acquire(claims, Holder.me("q"), ttl=1.0, on=store)
+    fence = leases.Fence(paused, threading.Event(), every=60)  # its renewals have not run yet
     time.sleep(1.1)
-    with pytest.raises(LeaseLost, match="could not be renewed"):
-        keeper.check()
+    waited = threading.Event()
+    checker = threading.Thread(target=lambda: (fence.check(), waited.set()))
+    checker.start()
+    time.sleep(0.5)
+    assert not waited.is_set(), "a batch began with the lease out of date"
+    fence.every = 0.05
+    fence.start()  # the store answers: the renewal takes the lease back
+    checker.join(10)
+    assert waited.is_set() and fence.lost is None and fence.epoch == 1
+    fence.close()
 
 
 CHECKS = [
     records_round_trip,
+    a_record_is_compared_and_set_on_its_version,
     one_holder_then_takeover_with_a_new_epoch,
+    a_lease_that_expired_unclaimed_is_taken_back_at_its_epoch,
     a_launch_is_adopted_by_its_job,
     concurrent_acquisitions_have_one_winner,
     the_commit_section_is_one_at_a_time,
-    a_keeper_stops_its_driver_when_the_lease_is_lost,
+    a_fence_stops_its_driver_when_the_lease_is_lost,
+    a_paused_driver_waits_for_its_lease_and_takes_it_back,
 ]

@@ -21,7 +21,7 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from sluice.airflow.env import CONN_ID
 from sluice.errors import JobFailed, SluiceError
 from sluice.ops.submit import Submission, submit_env
-from sluice.ops.target import standalone_app_cores, standalone_app_state
+from sluice.ops.target import standalone_app_cores
 
 #: Private members of SparkSubmitHook this module relies on (provider 6.x).
 PRIVATE = ("_build_spark_submit_command", "_connection")
@@ -66,9 +66,6 @@ class AirflowTarget:
         """Resolved once per target: each hook resolves the connection anew (a metadata-DB or
         secrets-backend lookup when it is not an environment variable)."""
         return str(SparkSubmitHook(conn_id=self.conn_id)._connection["master"])
-
-    def app_state(self, app_id: str) -> str | None:
-        return standalone_app_state(self.master, app_id)
 
     def app_cores(self, app_id: str) -> int | None:
         return standalone_app_cores(self.master, app_id)

@@ -12,6 +12,7 @@ import secrets
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 from sluice.dev.ports import free_port
@@ -62,6 +63,8 @@ class PostgresServer:
             self._run(str(bin_dir() / "initdb"), "-D", str(self.data), "-A", "scram-sha-256", f"--pwfile={secret}",
                       "-U", self.user, "--no-sync")  # fmt: skip
             secret.unlink()
+        # fsync=off: for speed on this one machine (the layout and the tests), whose data a power cut
+        # may lose; docker/compose.yaml's PostgreSQL, like any production one, keeps it on.
         options = f"-p {self.port} -k {self.base} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
         self._run(str(bin_dir() / "pg_ctl"), "-D", str(self.data), "-o", options, "-l", str(self.base / "log"), "-w",
                   "start")  # fmt: skip
@@ -95,6 +98,15 @@ class PostgresServer:
         if done.returncode:
             raise RuntimeError(f"psql: {done.stderr.strip()}")
         return done.stdout
+
+    def restart(self, down_for: float = 0.0) -> float:
+        """Stop the server (its data kept), wait ``down_for`` seconds, start it again; the
+        seconds it refused connections."""
+        began = time.monotonic()
+        self.stop(remove=False)
+        time.sleep(down_for)
+        self.start()
+        return time.monotonic() - began
 
     def stop(self, remove: bool = True) -> None:
         if (self.data / "postmaster.pid").exists():

@@ -35,23 +35,13 @@ class SparkTarget(Protocol):
         """Run ``sub`` to its end; raise :class:`~sluice.errors.JobFailed` if it fails."""
         ...
 
-    def app_state(self, app_id: str) -> str | None:
-        """What the cluster says of a Spark application (RUNNING, FINISHED, KILLED, ...), or
-        None when it cannot tell: a driver's liveness beside its lease's heartbeats."""
-        ...
-
     def app_cores(self, app_id: str) -> int | None:
         """The cores the cluster granted the application, or None when it cannot tell."""
         ...
 
 
-#: Application states after which its driver is gone.
-ENDED = ("FINISHED", "KILLED", "FAILED")
-
-
 def standalone_app(master: str, app_id: str, ui: str | None = None) -> dict[str, object] | None:
-    """What a standalone master's JSON API reports of ``app_id`` (its state, the cores it was
-    granted): the master knows every application, wherever its driver runs. Its web UI is
+    """What a standalone master's JSON API reports of ``app_id`` (the cores it was granted): the master knows every application, wherever its driver runs. Its web UI is
     ``SLUICE_SPARK_MASTER_UI`` (e.g. http://spark-master:8080); None without one, or when the
     master does not answer."""
     ui = ui or os.environ.get("SLUICE_SPARK_MASTER_UI")
@@ -65,11 +55,6 @@ def standalone_app(master: str, app_id: str, ui: str | None = None) -> dict[str,
     return next(
         (a for a in [*data.get("activeapps", []), *data.get("completedapps", [])] if a.get("id") == app_id), None
     )
-
-
-def standalone_app_state(master: str, app_id: str) -> str | None:
-    app = standalone_app(master, app_id)
-    return None if app is None else str(app.get("state"))
 
 
 def standalone_app_cores(master: str, app_id: str) -> int | None:
@@ -93,9 +78,6 @@ class LocalTarget:
 
     def launch_command(self, sub: Submission) -> tuple[list[str], dict[str, str]]:
         return self._final(sub).command(spark_submit_binary()), submit_env(self._master)
-
-    def app_state(self, app_id: str) -> str | None:
-        return standalone_app_state(self._master, app_id)
 
     def app_cores(self, app_id: str) -> int | None:
         return standalone_app_cores(self._master, app_id)

@@ -1,9 +1,9 @@
 """Run state in files under ``$SLUICE_HOME/run/``: the embedded default, for one machine.
 
 Records are small JSON files, ``run/<name>/<kind>.json``, each replaced atomically. Leases
-are ``run/leases/<place>.json``; a transaction over them holds an exclusive ``flock`` on
-``run/leases/.lock`` for the few milliseconds it takes, so every process of this machine sees
-one order of acquisitions, renewals and fenced writes.
+are ``run/leases/<place>.json``; a transaction over them, and a compare-and-set of a record,
+holds an exclusive ``flock`` on ``run/leases/.lock`` for the few milliseconds it takes, so
+every process of this machine sees one order of acquisitions, renewals and fenced writes.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from sluice.state import Claimed, Kind, Lease, Transaction, TransactionalStore, holder_from_dict
+from sluice.state import VERSION, Kind, Transaction, TransactionalStore, version_of
+from sluice.state.lease import Claimed, Lease, holder_from_dict
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
@@ -85,8 +86,15 @@ class FileStore(TransactionalStore):
         else:
             super().put(kind, name, data, fence=fence)
 
+    def put_if(self, kind: Kind, name: str, data: dict[str, Any], version: int) -> bool:
+        with _flock(self.leases / ".lock"):
+            if version_of(self.get(kind, name)) != version:
+                return False
+            write_json(self._record(kind, name), data | {VERSION: version + 1})
+            return True
+
     @contextmanager
-    def _transaction(self, keys: list[str]) -> Iterator[Transaction]:
+    def transaction(self, keys: list[str]) -> Iterator[Transaction]:
         with _flock(self.leases / ".lock"):
             rows = {k: read_json(self.leases / f"{_file_name(k)}.json") or {} for k in keys}
             txn = Transaction(
@@ -106,8 +114,6 @@ class FileStore(TransactionalStore):
                     write_json(self._record(kind, name), data)
 
     @contextmanager
-    def exclusive(self, key: str, *, fence: Lease | None, timeout: float = 120.0) -> Iterator[None]:
+    def exclusive(self, key: str, *, timeout: float = 120.0) -> Iterator[None]:
         with _flock(self.run / "locks" / f"{_file_name(key)}.lock", timeout):
-            if fence is not None:
-                self.confirm(fence)
             yield

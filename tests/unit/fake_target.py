@@ -20,9 +20,9 @@ from sluice.ops.submit import Submission
 DRIVER = r"""
 import os, signal, sys, threading, time
 
-from sluice.records import locks
 from sluice.records.run import Driver, Failures, Status
 from sluice.spec import load_pipeline
+from sluice.state import lease as leases
 
 mode, name = sys.argv[1], sys.argv[2]
 pipeline = load_pipeline(sys.argv[sys.argv.index("--spec") + 1])
@@ -31,13 +31,13 @@ signal.signal(signal.SIGTERM, lambda *_: stopping.set())
 print("fake driver", mode, "WARN something Spark would say", flush=True)
 if mode == "exit":
     sys.exit(3)
-lease = locks.take(name, locks.claims_for(pipeline), os.environ.get(locks.OWNER_ENV))
+lease = leases.take(name, leases.claims_for(pipeline), os.environ.get(leases.OWNER_ENV))
 
 def asked():
     driver = Driver.read(name)
     return driver is not None and driver.owner == lease.holder.owner and driver.desired == "stopped"
 
-keeper = locks.Keeper(lease, threading.Event() if mode == "ignore-term" else stopping, asked, every=0.1).start()
+keeper = leases.Fence(lease, threading.Event() if mode == "ignore-term" else stopping, asked, every=0.1).start()
 
 def report(state, error=None):
     Status(name, state, os.getpid(), time.time(), "local-fake", error=error).save(fence=keeper.lease)
@@ -63,7 +63,7 @@ while not stopping.is_set():
     time.sleep(0.1)
 report("stopped")
 keeper.close()
-locks.release(keeper.lease)
+leases.release(keeper.lease)
 """
 
 
@@ -80,9 +80,6 @@ class FakeTarget:
     @property
     def master(self) -> str:
         return self._master
-
-    def app_state(self, app_id: str) -> str | None:
-        return None  # no cluster to ask: leases alone tell
 
     def app_cores(self, app_id: str) -> int | None:
         return self.cores  # what the master granted, as a test sets it

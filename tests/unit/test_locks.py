@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from sluice.records import locks
 from sluice.spec import Pipeline, load_pipeline
 from sluice.state import hostname
+from sluice.state import lease as locks
 from tests.conftest import ROOT
 
 SPEC = """
@@ -40,7 +40,7 @@ def pipeline(tmp_path: Path, name: str, table: str = "tables/t", checkpoint: str
 def held_elsewhere(name: str, claims: list[locks.Claim]) -> Iterator[int]:
     """Another process holding ``claims`` until the block ends; yields its pid."""
     code = (
-        "import sys; from sluice.records import locks\n"
+        "import sys; from sluice.state import lease as locks\n"
         f"claims = [locks.Claim(p, r) for p, r in {[(c.path, c.role) for c in claims]!r}]\n"
         f"with locks.claim({name!r}, claims):\n"
         "    print('held', flush=True); sys.stdin.read()\n"
@@ -103,7 +103,7 @@ def test_paths_are_compared_as_places_not_spellings(tmp_path) -> None:
 def test_a_claim_is_released_when_its_holder_dies(tmp_path) -> None:
     p = pipeline(tmp_path, "p")
     code = (
-        "import os, signal; from sluice.records import locks\n"
+        "import os, signal; from sluice.state import lease as locks\n"
         f"with locks.claim('p', [locks.Claim({p.checkpoint_path!r}, 'checkpoint')]):\n"
         "    os.kill(os.getpid(), signal.SIGKILL)\n"
     )
@@ -111,26 +111,25 @@ def test_a_claim_is_released_when_its_holder_dies(tmp_path) -> None:
     locks.check_free("p", locks.claims_for(p))
 
 
-def test_a_keeper_whose_lease_was_taken_over_stops_its_driver_and_ends_it_as_lost(tmp_path) -> None:
-    """A driver paused past its lease wakes up between batches: its keeper's next renewal is
+def test_a_fence_whose_lease_was_taken_over_stops_its_driver_and_ends_it_as_lost(tmp_path) -> None:
+    """A driver paused past its lease wakes up between batches: its fence's next renewal is
     refused, which stops the query as cleanly as a stop request would; the driver still ends
     with LEASE_LOST (exit 5), so its supervisor knows another host has the stream."""
-    from jobs import fence, ingest
-    from sluice.state import Holder, store
+    from jobs import ingest
+    from sluice.state.lease import UNFENCED, Fence, Holder, acquire
 
     claims = locks.claims_for(pipeline(tmp_path, "p"))
     paused = locks.take("p", claims, ttl=1.0)
     time.sleep(1.2)  # nobody renewed it
-    store().acquire(claims, Holder("p", "worker-2", 1, "owner-b"), ttl=30.0)
+    acquire(claims, Holder("p", "worker-2", 1, "owner-b"), ttl=30.0)
     stop = threading.Event()
-    fence.keeper = locks.Keeper(paused, stop, every=0.05).start()
+    fence = Fence(paused, stop, every=0.05).start()
     try:
-        assert stop.wait(5), "the keeper did not stop its driver"
-        assert ingest.lost_lease(None) == fence.lost()
-        assert "lost the lease" in (fence.lost() or "") and "worker-2" in (fence.lost() or "")
+        assert stop.wait(5), "the fence did not stop its driver"
+        assert ingest.lost_lease(None, fence) == fence.lost
+        assert "lost the lease" in (fence.lost or "") and "worker-2" in (fence.lost or "")
         with pytest.raises(locks.LeaseLost):
             fence.check()
     finally:
-        fence.keeper.close()
-        fence.keeper = None
-    assert ingest.lost_lease(None) is None  # a driver without a keeper stopped because it was asked to
+        fence.close()
+    assert ingest.lost_lease(None, UNFENCED) is None  # a driver without a lease stopped because it was asked to

@@ -11,6 +11,7 @@ from jobs.modes import Continuous, Derived, MicroBatch, mode_of
 from sluice.records.backfill import BackfillPlan
 from sluice.spec import load_pipeline
 from sluice.spec.continuous import ContinuousError
+from sluice.state.lease import Unfenced
 
 PLAN = BackfillPlan(id="bf-1", ranges={"t": {0: (0, 10)}})
 
@@ -42,25 +43,22 @@ def test_a_mode_refuses_what_it_cannot_run() -> None:
     assert ContinuousError in branch.refusals and ContinuousError not in derived.refusals
 
 
-class _Keeper:
-    """A lease keeper as jobs.fence sees it: ``lost`` says why the lease is gone."""
+class _Fence(Unfenced):
+    """A driver's lease as the modes see it: ``lost`` says why it is gone."""
 
     def __init__(self, lost: str | None) -> None:
+        super().__init__()
         self.lost = lost
 
-    def confirm(self) -> None:
-        pass
+    def verify(self) -> str | None:
+        return self.lost
 
 
-def test_a_query_starts_again_after_a_fenced_drivers_log_entry_only_while_it_holds_the_lease(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from jobs import fence
+def test_a_query_starts_again_after_a_fenced_drivers_log_entry_only_while_it_holds_the_lease() -> None:
     from jobs.modes import _restartable
 
     concurrent = Exception("[CONCURRENT_STREAM_LOG_UPDATE] Concurrent update to the log. Multiple streaming jobs")
-    monkeypatch.setattr(fence, "keeper", _Keeper(None))
-    assert _restartable(concurrent) == "a fenced-off driver wrote a log entry of the batch it had in progress"
-    monkeypatch.setattr(fence, "keeper", _Keeper("taken over by worker-2"))
-    assert _restartable(concurrent) is None  # this driver is the stale one: it stops
-    assert _restartable(Exception("something else")) is None
+    holding, lost = _Fence(None), _Fence("taken over by worker-2")
+    assert _restartable(concurrent, holding) == "a fenced-off driver wrote a log entry of the batch it had in progress"
+    assert _restartable(concurrent, lost) is None  # this driver is the stale one: it stops
+    assert _restartable(Exception("something else"), holding) is None
