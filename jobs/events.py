@@ -2,10 +2,13 @@
 Delta table (``$SLUICE_HOME/tables/_sluice_events``, ``sluice.sluice_events`` in the catalog).
 
 The listener only collects rows: Spark calls it on its listener thread, where starting a
-Spark job could wait on the query it reports. Each row goes to a spool file on the driver
-(``run/<pipeline>/events.jsonl``) at once, so a crash loses none; the job's main loop
-writes what the spool holds (:meth:`EventLog.flush`) every ``SLUICE_EVENTS_FLUSH_SECONDS``
-(30 s), when the query ends, and before the next query starts. Each write is one of
+Spark job could wait on the query it reports. Each row goes to a spool file of the driver
+process (``run/<pipeline>/events.<pid>.jsonl``) at once, so a crash loses none; the job's
+main loop writes what the spool holds (:meth:`EventLog.flush`) every
+``SLUICE_EVENTS_FLUSH_SECONDS`` (30 s), when the query ends, and before the next query
+starts, when it also takes over the spools of this host's drivers of the pipeline that are
+gone. (Two drivers of one pipeline can run on one host at once: one paused past its lease,
+and the one that took over.) Each write is one of
 Delta's idempotent writes (app id: the query's id, version: its newest batch in the
 write), so a write a crash interrupted is done again without writing a row twice. A batch that
 Spark replays after a restart reports no progress (SPARK-57438); its row is made from the
@@ -24,6 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any
 
+import psutil
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
 
@@ -42,6 +46,13 @@ SCHEMA = (
     "rows_dropped_by_watermark bigint, late_rows bigint, filtered_rows bigint, "
     "duration_ms map<string, bigint>, state_operators string, date date"
 )
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _timestamp(text: str | None) -> datetime | None:
@@ -121,8 +132,8 @@ class EventLog(StreamingQueryListener):
     def __init__(self, pipeline: str, query_name: str) -> None:
         self.pipeline, self.query_name = pipeline, query_name
         self.path = config.events_table()
-        self.spool = run_dir(pipeline) / "events.jsonl"
-        self.inflight = run_dir(pipeline) / "events.inflight"
+        self.spool = run_dir(pipeline) / f"events.{os.getpid()}.jsonl"
+        self.inflight = run_dir(pipeline) / f"events.{os.getpid()}.inflight"
         self.spool.parent.mkdir(parents=True, exist_ok=True)
         #: batch id -> its counts, filled by the batch writer.
         self.counts: dict[int, WriterCounts] = {}
@@ -201,13 +212,36 @@ class EventLog(StreamingQueryListener):
     def flush(self, spark: SparkSession, force: bool = False) -> int:
         """Append the spooled rows (when ``force`` or the interval has passed); how many.
 
-        A flush first renames the spool to ``events.inflight`` (atomically, so rows seen
+        A flush first renames the spool to ``events.<pid>.inflight`` (atomically, so rows seen
         meanwhile go to a new spool) and deletes that file once Delta has committed its rows.
         A flush a crash interrupted finds the same file at the next one and writes the same
         rows with the same versions, which Delta skips where it had committed them."""
         if not force and time.monotonic() - self._flushed < self.interval:
             return 0
         self._flushed = time.monotonic()
+        try:
+            if force:
+                self._adopt()
+            return self._flush(spark)
+        except OSError as exc:  # a monitoring row must never stop the stream: they stay spooled
+            log.warning("%s: event-log rows not written yet: %s", self.pipeline, first_line(exc))
+            return 0
+
+    def _adopt(self) -> None:
+        """Take over the spools of this host's drivers of the pipeline that are gone: their
+        rows go to this driver's spool (their lines whole, as a crash may cut the last one)."""
+        for orphan in sorted(self.spool.parent.glob("events.*")):
+            owner = orphan.name.split(".")[1]
+            if orphan in (self.spool, self.inflight) or (owner.isdigit() and _alive(int(owner))):
+                continue
+            with self._lock:
+                text = orphan.read_text(encoding="utf-8")
+                if text:
+                    with self.spool.open("a", encoding="utf-8") as out:
+                        out.write(text if text.endswith("\n") else text + "\n")
+                orphan.unlink()
+
+    def _flush(self, spark: SparkSession) -> int:
         written = 0
         for _ in range(2):  # what a crashed flush left, then what is spooled now
             with self._lock:
@@ -230,7 +264,7 @@ class EventLog(StreamingQueryListener):
         return written
 
     def _taken(self) -> list[dict[str, Any]]:
-        """The rows of ``events.inflight``; a line a kill cut short is left out, and said so."""
+        """The rows of the in-flight file; a line a kill cut short is left out, and said so."""
         rows = []
         for line in self.inflight.read_text(encoding="utf-8").splitlines():
             try:

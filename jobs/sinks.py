@@ -21,18 +21,28 @@ from typing import ClassVar
 
 from pyspark.sql import DataFrame, SparkSession
 
-from jobs import fence, hadoopfs
-from sluice.records import locks, parquet_log
+from jobs import hadoopfs
+from sluice import faults
+from sluice.records import parquet_log
 from sluice.spec import Pipeline, compatibility
 from sluice.spec.formats import DELTA, PARQUET, TableFormat, for_format
+from sluice.state.lease import UNFENCED, Claim, Fence, commit_section
 
 log = logging.getLogger("sluice.sinks")
 
-#: Delta's conflicts between writers that create a table, or write its first version, at
-#: the same time. PySpark raises them as Py4JJavaError (delta-spark's conversion of them into
-#: delta.exceptions classes does not reach DataFrameWriter.save here), so they are matched
-#: by the JVM exception's class name.
-COMMIT_RACES = ("ProtocolChangedException", "MetadataChangedException", "ConcurrentWriteException")
+#: Delta's conflicts between writers that commit one version at the same time, which its log's
+#: put-if-absent makes them meet (sluice.storage.PUT_IF_ABSENT on S3): two that create a table
+#: or change its schema at once, and two drivers of one checkpoint writing the same batch
+#: (ConcurrentTransactionException: the same txnAppId; the batch's next attempt finds it
+#: written and skips it). PySpark raises them as Py4JJavaError (delta-spark's conversion of
+#: them into delta.exceptions classes does not reach DataFrameWriter.save here), so they are
+#: matched by the JVM exception's class name.
+COMMIT_RACES = (
+    "ProtocolChangedException",
+    "MetadataChangedException",
+    "ConcurrentWriteException",
+    "ConcurrentTransactionException",
+)
 COMMIT_RACE_ATTEMPTS = 3
 
 
@@ -41,8 +51,10 @@ class TableSink(ABC):
 
     format: ClassVar[TableFormat]
 
-    def __init__(self, spark: SparkSession, path: str, partition_by: str, writer: str) -> None:
+    def __init__(self, spark: SparkSession, path: str, partition_by: str, writer: str, fence: Fence = UNFENCED) -> None:
         self.spark, self.path, self.partition_by, self.writer = spark, path.rstrip("/"), partition_by, writer
+        #: The driver's lease: checked before each commit, so a driver that lost it writes nothing more.
+        self.fence = fence
 
     @abstractmethod
     def write(self, df: DataFrame, batch_id: int) -> None:
@@ -92,8 +104,8 @@ class DeltaSink(TableSink):
 
     format = DELTA
 
-    def __init__(self, spark: SparkSession, path: str, partition_by: str, writer: str) -> None:
-        super().__init__(spark, path, partition_by, writer)
+    def __init__(self, spark: SparkSession, path: str, partition_by: str, writer: str, fence: Fence = UNFENCED) -> None:
+        super().__init__(spark, path, partition_by, writer, fence)
         self.app_id = f"sluice-{writer}"
 
     def write(self, df: DataFrame, batch_id: int) -> None:
@@ -101,7 +113,8 @@ class DeltaSink(TableSink):
         backfill, both writing a quarantine that does not exist yet) conflict on Delta's first
         commit; the loser writes again, which the (txnAppId, txnVersion) pair keeps exactly once."""
         for attempt in range(1, COMMIT_RACE_ATTEMPTS + 1):
-            fence.confirm()
+            self.fence.confirm()
+            faults.point("delta.before-write", batch_id)
             try:
                 (
                     df.write.format("delta")
@@ -126,7 +139,7 @@ class DeltaSink(TableSink):
         is exactly once too."""
         from delta.tables import DeltaTable
 
-        fence.confirm()
+        self.fence.confirm()
         cond = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
         DeltaTable.forPath(self.spark, self.path).alias("t").merge(
             df.alias("s"), cond
@@ -168,16 +181,24 @@ class ParquetSink(TableSink):
     visible in one atomic log entry, and a batch whose files the log lists is skipped.
 
     A batch is written with Spark's public DataFrameWriter into a staging folder, its files
-    are moved into the table's partition folders under names that carry the writer and the
-    batch, and the next commit of the log lists them. A crash before the commit leaves files
-    no reader sees, which the batch's next attempt removes; a crash after it leaves a commit
-    that the next attempt finds and skips.
+    are moved into the table's partition folders under names that carry the writer, the batch
+    and the epoch of the driver that wrote them (its checkpoint lease's), and the next commit of
+    the log lists them. The commit is a put-if-absent, so of two drivers of one checkpoint (one
+    paused past its lease, one that took over) only one commits a number; the other finds the
+    batch in the log and drops its own copies.
+
+    Nobody deletes files staged under another epoch before the batch is in the log: a paused
+    driver that wakes up may still commit them, and a commit must never name files that are
+    gone. Once the batch is committed, whichever attempt did it, no other attempt can commit it
+    (its number is taken, and its next look at the log finds the batch), so what the others
+    left is removed then. A crash before the commit leaves files no reader sees, which the
+    batch's commit removes; a crash after it leaves a commit that the next attempt finds and skips.
     """
 
     format = PARQUET
 
-    def __init__(self, spark: SparkSession, path: str, partition_by: str, writer: str) -> None:
-        super().__init__(spark, path, partition_by, writer)
+    def __init__(self, spark: SparkSession, path: str, partition_by: str, writer: str, fence: Fence = UNFENCED) -> None:
+        super().__init__(spark, path, partition_by, writer, fence)
         self.log_dir = f"{self.path}/{parquet_log.LOG_DIR}"
         self._last: int | None = None  # this writer's newest committed batch, once looked up
         self._seen: int | None = None  # the newest commit of the log when it was looked up
@@ -185,16 +206,17 @@ class ParquetSink(TableSink):
     def write(self, df: DataFrame, batch_id: int) -> None:
         if self._last is None:
             self._last = self._committed_batch()
-        attempt = f"{self.path}/{STAGING}/{self.writer}-{batch_id:012d}"
         if batch_id <= self._last:
             log.info("%s: batch %d is committed already; skipping it", self.path, batch_id)
-            hadoopfs.delete(self.spark, attempt)  # left if the last attempt died after its commit
+            self._clean(batch_id)  # what its attempts left, if the last one died after its commit
             return
-        self._undo(attempt, batch_id)
+        epoch = self.fence.epoch
+        attempt = f"{self.path}/{STAGING}/{self.writer}-{batch_id:012d}-e{epoch}"
+        self._undo(attempt, batch_id, epoch)
         # The log folder first: a reader that finds none lists the folder and would see these files.
         hadoopfs.mkdirs(self.spark, self.log_dir)
         df.write.mode("overwrite").partitionBy(self.partition_by).parquet(attempt)
-        prefix = parquet_log.tag(self.writer, batch_id)
+        prefix = parquet_log.tag(self.writer, batch_id, epoch)
         entries = []
         for f in hadoopfs.list_files(self.spark, attempt):
             rel = f.uri.split(f"/{STAGING}/", 1)[1].split("/", 1)[1]  # date=2026-11-21/part-....parquet
@@ -213,9 +235,8 @@ class ParquetSink(TableSink):
             log.warning(
                 "%s: batch %d was committed by another driver of this checkpoint meanwhile", self.path, batch_id
             )
-            for e in entries:  # its own copies: the committed files have other names
-                hadoopfs.delete(self.spark, e.path)
-        hadoopfs.delete(self.spark, attempt)
+        faults.point("parquet.after-commit", batch_id)
+        self._clean(batch_id)
         self._last = batch_id
 
     @classmethod
@@ -254,13 +275,29 @@ class ParquetSink(TableSink):
         found = parquet_log.last_batch(committed_files(self.spark, self.path), self.writer)
         return -1 if found is None else found
 
-    def _undo(self, attempt: str, batch_id: int) -> None:
-        """Remove what an earlier attempt at this batch left: its staging folder, and files it
-        had moved into partition folders before it died (never listed, so never read)."""
-        prefix = parquet_log.tag(self.writer, batch_id)
+    def _undo(self, attempt: str, batch_id: int, epoch: int) -> None:
+        """Remove what an earlier attempt of this driver at this batch left (same epoch: it
+        failed in this process): its staging folder, and the files it had moved into partition
+        folders (never a file the log lists, whoever committed it)."""
+        self._remove(batch_id, [attempt], parquet_log.tag(self.writer, batch_id, epoch))
+
+    def _clean(self, batch_id: int) -> None:
+        """Once the batch is in the log: remove what every attempt at it left (any epoch), the
+        files the log does not list and the staging folders."""
+        batch = f"{self.writer}-{batch_id:012d}"  # then -e<epoch> (without it: staged by an older Sluice)
+        attempts = [
+            f"{self.path}/{STAGING}/{name}"
+            for name in hadoopfs.list_names(self.spark, f"{self.path}/{STAGING}")
+            if name == batch or name.startswith(f"{batch}-")
+        ]
+        self._remove(batch_id, attempts, parquet_log.tag(self.writer, batch_id))
+
+    def _remove(self, batch_id: int, attempts: list[str], prefix: str) -> None:
         listed: set[str] | None = None
-        for folder in hadoopfs.list_names(self.spark, attempt):
-            if "=" in folder:
+        for attempt in attempts:
+            for folder in hadoopfs.list_names(self.spark, attempt):
+                if "=" not in folder:
+                    continue
                 for name in hadoopfs.list_names(self.spark, f"{self.path}/{folder}"):
                     if not name.startswith(prefix):
                         continue
@@ -268,18 +305,19 @@ class ParquetSink(TableSink):
                         listed = {e.path.rsplit("/", 1)[-1] for e in committed_files(self.spark, self.path)}
                     if name not in listed:
                         hadoopfs.delete(self.spark, f"{self.path}/{folder}/{name}")
-        hadoopfs.delete(self.spark, attempt)
+            hadoopfs.delete(self.spark, attempt)
 
     def _commit(self, entries: list[parquet_log.Entry], batch_id: int) -> int | None:
         """Append one commit to the log; None if this writer's batch is in it already.
 
         Another writer (a backfill beside the stream) may commit too: the table's commit
-        section (in the run-state store, so on every host) makes listing the log and taking
-        the next number one step, and is entered only while this driver holds its lease.
+        section (in the run-state store, so on every host) has writers take turns at listing
+        the log and taking the next number, entered only while this driver holds its lease.
         Inside it, the commits since this writer last looked are read: a driver of the same
-        checkpoint that took over may have committed this batch meanwhile. create_new's
-        refusal to overwrite is the last line where renames are atomic."""
-        with locks.hold(locks.Claim(self.path, "commit"), fence=fence.lease()):
+        checkpoint that took over may have committed this batch meanwhile. What decides is the
+        put-if-absent of the commit itself (create_new): a writer that paused anywhere here
+        finds its number taken, looks at the log again, and finds the batch or the next number."""
+        with commit_section(Claim(self.path, "commit"), self.fence):
             for _ in range(MAX_COMMIT_ATTEMPTS):
                 names = hadoopfs.list_names(self.spark, self.log_dir)
                 newest = parquet_log.latest(names)
@@ -297,6 +335,7 @@ class ParquetSink(TableSink):
                 if parquet_log.is_compaction(commit) and newest is not None:
                     content = parquet_log.live(self._read(parquet_log.needed(newest)) + entries)
                 target = f"{self.log_dir}/{parquet_log.file_name(commit)}"
+                faults.point("parquet.before-commit", batch_id)
                 if hadoopfs.create_new(self.spark, target, parquet_log.render(content)):
                     self._seen = commit
                     if parquet_log.is_compaction(commit):

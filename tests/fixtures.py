@@ -249,6 +249,23 @@ def exactly_once(p: Pipeline, sent: Sent) -> dict[str, int]:
     return {"records": len(sent), "lost": len(sent - set(rows)), "duplicated": len(rows) - len(set(rows))}
 
 
+def python_driver(started: Any, timeout: float = 120) -> Any:
+    """The Python driver (the job) of a launch (a ``sluice.ops.stream.Started``): the child of
+    spark-submit's JVM, which a test pauses (SIGSTOP) or resumes."""
+    import psutil
+
+    deadline = time.monotonic() + timeout
+    while True:
+        for proc in psutil.Process(started.driver.pid).children(recursive=True):
+            try:
+                if any(part.endswith("ingest.py") for part in proc.cmdline()):
+                    return proc
+            except psutil.Error:
+                continue
+        assert time.monotonic() < deadline, "no Python driver under the launch"
+        time.sleep(0.2)
+
+
 def read_verdicts(bootstrap: str, topic: str, expected: int, timeout: float) -> list[dict[str, Any]]:
     """A continuous branch's JSON records on ``topic`` (confluent-kafka, from the start)
     until ``expected`` distinct sources are seen or ``timeout`` passes; duplicates kept."""

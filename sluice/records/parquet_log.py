@@ -15,9 +15,9 @@ Spark's own sink numbers commits by the stream's batch ids, which breaks as soon
 batch has nothing for the table (the next compaction misses a commit) or a second writer,
 such as a backfill, commits to it. Sluice numbers commits by the table's own sequence
 instead: a batch with nothing to write commits nothing, and any writer commits the next
-number. Each data file's name carries its writer and batch
-(``sluice-<writer>-<batch>-part-...``), which is how a batch replayed after a crash is
-recognised as committed already (:func:`last_batch`).
+number. Each data file's name carries its writer, its batch and the epoch of the driver
+that wrote it (``sluice-<writer>-<batch>-e<epoch>-part-...``), which is how a batch replayed
+after a crash is recognised as committed already (:func:`last_batch`).
 
 Example::
 
@@ -158,22 +158,23 @@ def newest(entries: list[Entry]) -> Entry:
 # --- who wrote a file -------------------------------------------------------------------
 
 
-def tag(writer: str, batch: int) -> str:
-    """The prefix of every data file one writer writes for one batch."""
-    return f"sluice-{writer}-{batch:012d}-"
-
-
-_TAGGED = re.compile(r"^sluice-(.+)-(\d{12})-")
+def tag(writer: str, batch: int, epoch: int | None = None) -> str:
+    """The prefix of every data file one writer writes for one batch; with ``epoch``, of those
+    the driver of that epoch wrote (two drivers of one checkpoint may both write a batch, and
+    only one of them commits it)."""
+    batch_tag = f"sluice-{writer}-{batch:012d}-"
+    return batch_tag if epoch is None else f"{batch_tag}e{epoch}-"
 
 
 def last_batch(entries: Iterable[Entry], writer: str) -> int | None:
     """The newest batch of ``writer`` that has a file in the log (None if it has none)."""
+    head = f"sluice-{writer}-"
     newest = None
     for e in entries:
-        m = _TAGGED.match(e.path.rsplit("/", 1)[-1])
-        if m and m.group(1) == writer:
-            batch = int(m.group(2))
-            newest = batch if newest is None else max(newest, batch)
+        name = e.path.rsplit("/", 1)[-1]
+        batch = name[len(head) : len(head) + 12]
+        if name.startswith(head) and batch.isdigit() and name[len(head) + 12 : len(head) + 13] == "-":
+            newest = int(batch) if newest is None else max(newest, int(batch))
     return newest
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from jobs.batches import KILL_AFTER_WRITING
+from sluice import faults
 from sluice.dev.generate import Record
 from sluice.dev.produce import send
 from sluice.ops.submit import ingest_submission, submit_env
@@ -97,7 +97,7 @@ def test_kill_and_restart_neither_loses_nor_doubles(broker: Any, spark: Any, tmp
 
         def kill_then_resume(p: Pipeline) -> None:
             log = tmp_path / f"{p.name}.log"
-            code = submit(p, log, env={KILL_AFTER_WRITING: str(kill_at[p.name])})
+            code = submit(p, log, env={faults.ENV: f"kill@batch.written#{kill_at[p.name]}"})
             assert code != 0, log.read_text()[-3000:]
             written = {b.batch_id for b in audits(p)}
             assert kill_at[p.name] in written, "the batch was written before the kill"

@@ -17,8 +17,7 @@ from typing import Any
 
 import pytest
 
-from jobs.batches import KILL_AFTER_WRITING
-from sluice import config
+from sluice import config, faults
 from sluice.dev.generate import EventGenerator
 from sluice.dev.produce import send, synthetic
 from sluice.ops.submit import ingest_submission, submit_env
@@ -73,7 +72,7 @@ def crash_settings(fmt: str) -> dict[str, Any]:
 def crash_in_batch_1(pipeline: Pipeline, log: Path, env: dict[str, str] | None = None) -> None:
     """Run the stream until batch 1's tables are written, and SIGKILL it before Spark logs
     that batch committed: the crash that tests exactly-once hardest."""
-    crashed = launch(pipeline, log, env=(env or {}) | {KILL_AFTER_WRITING: "1"})
+    crashed = launch(pipeline, log, env=(env or {}) | {faults.ENV: "kill@batch.written#1"})
     assert crashed.wait(timeout=300) == -signal.SIGKILL, log.read_text()[-3000:]
     checkpoint = Path(pipeline.checkpoint_path)
     assert (checkpoint / "offsets" / "1").exists() and not (checkpoint / "commits" / "1").exists()

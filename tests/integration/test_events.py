@@ -56,3 +56,34 @@ def test_a_flush_a_crash_cut_short_is_done_again_without_writing_a_row_twice(
         (3, 13, "run-2"),
     ]
     assert after.flush(spark, force=True) == 0 and not after.spool.exists() and not after.inflight.exists()
+
+
+def test_the_spools_of_gone_drivers_are_written_and_a_live_ones_left_alone(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two drivers of one pipeline can run on one host at once (one paused past its lease,
+    one that took over), so each spools its own rows; a driver starting takes over the spools
+    of the drivers that are gone, never those of one that lives."""
+    import subprocess
+    import sys
+
+    table = tmp_path / "events"
+    monkeypatch.setenv("SLUICE_EVENTS_TABLE", str(table))
+    monkeypatch.setenv("SLUICE_HOME", str(tmp_path / "home"))
+    mine = EventLog("ev_hosts", "ev_hosts")
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    paused = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        for pid, run in ((int(gone.stdout), "run-gone"), (paused.pid, "run-paused")):
+            other = EventLog("ev_hosts", "ev_hosts")
+            other.spool, other.inflight = (
+                mine.spool.with_name(f"events.{pid}.{kind}") for kind in ("jsonl", "inflight")
+            )
+            other.replayed(batch(0), f"query-{run}", run)
+        assert mine.flush(spark, force=True) == 1  # the gone driver's row, taken over
+        rows = read_without_spark("delta", str(table), ["run_id"]).to_pylist()
+        assert rows == [{"run_id": "run-gone"}]
+        assert mine.spool.with_name(f"events.{paused.pid}.jsonl").exists()  # the live one's, untouched
+    finally:
+        paused.kill()
+        paused.wait()

@@ -419,27 +419,24 @@ def test_a_log_entry_a_fenced_driver_wrote_meanwhile_restarts_the_query(spark, b
     """A driver paused past its lease can wake between its batch's writes and Spark's entry in
     the commit log, and write that entry after another driver took over and replayed the
     batch; the driver holding the lease then failed on CONCURRENT_STREAM_LOG_UPDATE (seen in
-    the cluster's pause drill, tests/e2e/test_cluster.py). It starts again from the checkpoint,
+    the pause drills, tests/e2e/test_two_hosts.py). It starts again from the checkpoint,
     which has the entry, and every record is in the tables once."""
     import logging
 
-    import jobs.batches
+    from sluice import faults
 
     topic = new_topic(broker)
     pipeline = make_pipeline(tmp_path, topic)
     gen = EventGenerator(pipeline, seed=8)
     send(broker.bootstrap, topic, synthetic(gen, 60))
-    hook = jobs.batches.kill_if_asked
 
-    def stale_driver_commits(p, batch_id: int) -> None:  # right after this batch's writes
-        hook(p, batch_id)
+    def stale_driver_commits(batch_id: int | None) -> None:  # right after this batch's writes
         entry = Path(pipeline.checkpoint_path) / "commits" / str(batch_id)
         if batch_id == 0 and not entry.exists():
             entry.parent.mkdir(parents=True, exist_ok=True)
             entry.write_text('v1\n{"nextBatchWatermarkMs":0}')
 
-    monkeypatch.setattr(jobs.batches, "kill_if_asked", stale_driver_commits)
-    with caplog.at_level(logging.WARNING, logger="sluice.ingest"):
+    with caplog.at_level(logging.WARNING, logger="sluice.ingest"), faults.hook("batch.written", stale_driver_commits):
         run_available_now(spark, pipeline)
     assert "a fenced-off driver wrote a log entry of the batch it had in progress" in caplog.text
     send(broker.bootstrap, topic, synthetic(gen, 20))

@@ -3,6 +3,7 @@ log against Spark's own reader and writer, and tables other readers can open."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -14,6 +15,7 @@ from jobs.sinks import read_table
 from sluice.dev.generate import EventGenerator
 from sluice.dev.produce import send
 from sluice.records import parquet_log
+from sluice.state.lease import Unfenced
 from tests.fixtures import audit_totals, kafka_keys, make_pipeline, new_topic, read_without_spark, run_available_now
 
 pytestmark = pytest.mark.integration
@@ -115,12 +117,13 @@ def test_a_crashed_attempt_leaves_nothing_readable_and_its_retry_cleans_up(spark
     table = tmp_path / "t"
     df = spark.range(5).selectExpr("id", "current_date() AS date")
     ParquetSink(spark, str(table), "date", "w").write(df, 0)
-    # An attempt at batch 1 that died after moving its files, before its commit:
-    attempt = table / "_sluice_staging" / f"w-{1:012d}"
+    # An attempt at batch 1 by an earlier driver (epoch 3) that died after moving its files,
+    # before its commit; the retry (this driver, another epoch) commits, then removes them.
+    attempt = table / "_sluice_staging" / f"w-{1:012d}-e3"
     df.write.partitionBy("date").parquet(str(attempt))
     day = next(attempt.glob("date=*")).name
     for f in attempt.glob("date=*/*.parquet"):
-        f.rename(table / day / (parquet_log.tag("w", 1) + f.name))
+        f.rename(table / day / (parquet_log.tag("w", 1, 3) + f.name))
     assert spark.read.parquet(str(table)).count() == 5  # not listed, not read
     ParquetSink(spark, str(table), "date", "w").write(df, 1)
     assert spark.read.parquet(str(table)).count() == 10
@@ -192,3 +195,78 @@ def test_two_writers_creating_one_delta_table_at_once_both_land(spark, tmp_path)
     as_stream_and_backfill(write_all)
     for table in tables:
         assert DeltaTable(table).to_pyarrow_table().num_rows == 8  # 2 writers x 2 batches x 2 rows
+
+
+class _Driver(Unfenced):
+    """A writer as one driver of a checkpoint: its lease's epoch, no store."""
+
+    def __init__(self, epoch: int) -> None:
+        super().__init__()
+        self._epoch = epoch
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_driver_paused_before_its_commit_while_another_took_over_loses_and_doubles_nothing(
+    spark, tmp_path, monkeypatch, seed
+) -> None:
+    """Driver A (epoch 1) has moved batch 3's files into the table and read the next commit
+    number; it pauses there (a GC pause, SIGSTOP) past its lease. Driver B (epoch 2) takes over
+    the checkpoint and writes batch 3 too. Without the commit section (its holder's store
+    transaction ended when A froze), in every order the seed picks: nobody deletes the other
+    epoch's files before the batch is in the log, the log's put-if-absent lets one of them
+    commit batch 3, and the log never names a file that is gone."""
+    import random
+
+    from jobs import sinks
+    from jobs.sinks import ParquetSink
+    from sluice import faults
+
+    monkeypatch.setattr(sinks, "commit_section", lambda claim, fence, timeout=120.0: contextlib.nullcontext())
+    table = str(tmp_path / "t")
+    df = spark.range(0, 4, 1, 1).selectExpr("id", "current_date() AS date")
+    for batch in range(3):
+        ParquetSink(spark, table, "date", "w", _Driver(1)).write(df, batch)
+    rng = random.Random(seed)
+    a_paused, b_at, a_go, b_go = (threading.Event() for _ in range(4))
+    b_first = rng.random() < 0.5  # which of the two reaches the log first once both are ready
+
+    def pause(batch: int | None) -> None:
+        if threading.current_thread().name == "A":
+            a_paused.set()
+            assert a_go.wait(120)
+        else:
+            b_at.set()
+            assert b_go.wait(120)
+
+    errors: list[BaseException] = []
+
+    def run(epoch: int) -> None:
+        try:
+            ParquetSink(spark, table, "date", "w", _Driver(epoch)).write(df, 3)
+        except BaseException as exc:
+            errors.append(exc)
+
+    with faults.hook("parquet.before-commit", pause):
+        a = threading.Thread(target=run, args=(1,), name="A")
+        a.start()
+        assert a_paused.wait(120)
+        b = threading.Thread(target=run, args=(2,), name="B")
+        b.start()
+        assert b_at.wait(120)  # both have their files in the table, and neither has committed
+        first, second = (b_go, a_go) if b_first else (a_go, b_go)
+        first.set()
+        (b if b_first else a).join(120)
+        second.set()
+        a.join(120)
+        b.join(120)
+    assert not errors, errors
+    entries = parquet_log.committed_files(tmp_path / "t")
+    assert all(Path(parquet_log.location(e.path).uri).exists() for e in entries)  # no listed file is gone
+    assert parquet_log.last_batch(entries, "w") == 3
+    assert read_without_spark("parquet", table, ["id"]).num_rows == 4 * 4  # batches 0-3, each once
+    on_disk = {p.name for p in (tmp_path / "t").glob("date=*/*.parquet")}
+    assert on_disk == {parquet_log.location(e.path).name for e in entries}  # the loser's copies are gone
