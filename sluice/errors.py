@@ -35,6 +35,10 @@ class AlreadyRunning(SluiceError):
     """A start was asked for a stream that runs."""
 
 
+class IntentChanged(SluiceError):
+    """What a person asked for (a stop) was recorded after an action read the record it acted on."""
+
+
 class StartFailed(SluiceError):
     """The stream was launched but did not report a running query."""
 

@@ -117,7 +117,7 @@ def control(spec_path: str, action: str) -> None:
                 return
             start_new = _asked_by_a_person() or pipeline.spec.supervision.autostart
             done = stream.supervise(pipeline, target, by=by, start_new=start_new, **launch_options(pipeline, params))
-            log.info("%s: %s", pipeline.name, done.status.verdict.reason)
+            log.info("%s: %s", pipeline.name, done.note or done.status.verdict.reason)
             if done.started:
                 _log_started(done.started, target.master)
 

@@ -87,7 +87,7 @@ def rebuild(
 def supervise(spec: SpecArg, master: Master = None) -> None:
     """One supervision pass: start (even a stream that never ran) or restart if needed, fail if unhealthy."""
     done = stream.supervise(load(spec), LocalTarget(master), by="sluice supervise")
-    say(done.status.verdict.reason)
+    say(done.note or done.status.verdict.reason)
     if done.started:
         say(done.started.summary())
 
@@ -115,6 +115,7 @@ def status(spec: SpecArg, as_json: JsonOut = False) -> None:
         table.add_row("lag (records)", "unknown" if obs.lag is None else str(obs.lag))
     for label, value in last_batch_rows(st.status.last_progress if st.status else {}):
         table.add_row(label, escape(value))
+    table.add_row("supervised", escape(st.supervision))
     table.add_row("supervision says", escape(f"{st.verdict.action}: {st.verdict.reason}"))
     console.print(table)
     if st.broker_error:

@@ -16,12 +16,12 @@ from typing import Any
 
 import psutil
 
-from sluice.errors import AlreadyRunning, InvalidInput, StartFailed
+from sluice.errors import AlreadyRunning, IntentChanged, InvalidInput, StartFailed
 from sluice.ops.stream import alive, launch_detached, log_tail, process_named, terminate
 from sluice.ops.submit import endpoint_submission
 from sluice.ops.target import SparkTarget
 from sluice.records.endpoint import NAME, EndpointStatus, read_requested, save_requested
-from sluice.records.run import Driver, known_fields
+from sluice.records.run import Driver, known_fields, record_stop
 from sluice.sql import passwords
 from sluice.sql.client import EndpointSession, SqlSession
 from sluice.sql.settings import Endpoint, password_file
@@ -66,8 +66,14 @@ class Served:
         )
 
 
-def serve(target: SparkTarget, endpoint: Endpoint, *, by: str, timeout: float = 300.0) -> Served:
-    """Start the endpoint detached; return once it accepts connections."""
+def serve(
+    target: SparkTarget, endpoint: Endpoint, *, by: str, timeout: float = 300.0, as_of: int | None = None
+) -> Served:
+    """Start the endpoint detached; return once it accepts connections. ``as_of``: the version
+    of the driver record a supervision decided on (a stop recorded since wins)."""
+    if as_of is None:
+        now = Driver.read(NAME)
+        as_of = now.version if now else 0
     if endpoint_process() is not None:
         raise AlreadyRunning("the SQL endpoint is already running (`sluice sql status`)")
     if endpoint.auth == "none" and endpoint.host not in LOOPBACK:
@@ -81,7 +87,7 @@ def serve(target: SparkTarget, endpoint: Endpoint, *, by: str, timeout: float = 
         raise InvalidInput(f"port {endpoint.port} on {endpoint.host} is taken: choose another with --port")
     command, env = target.launch_command(endpoint_submission(endpoint, master=target.master))
     save_requested(asdict(endpoint))
-    driver = launch_detached(NAME, command, env, launched_by=by)
+    driver = launch_detached(NAME, command, env, launched_by=by, as_of=as_of)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         st = EndpointStatus.read()
@@ -97,15 +103,12 @@ def serve(target: SparkTarget, endpoint: Endpoint, *, by: str, timeout: float = 
 
 
 def stop(*, by: str, timeout: float = 60.0, grace: float = 15.0) -> str:
-    driver = Driver.read(NAME)
-    if driver is not None:
-        driver.desired, driver.stopped_at, driver.stopped_by = "stopped", time.time(), by
-        driver.save()
+    driver = record_stop(NAME, by)
     proc = endpoint_process()
     if proc is None:
         return "the SQL endpoint is not running"
     started = time.monotonic()
-    graceful = terminate(proc, process_named(driver.pid, SCRIPT) if driver else None, timeout=timeout, grace=grace)
+    graceful = terminate(proc, process_named(driver.pid, SCRIPT) if driver.pid else None, timeout=timeout, grace=grace)
     how = "" if graceful else f" (it did not stop within {timeout:.0f}s; its process group was terminated)"
     return f"stopped the SQL endpoint in {time.monotonic() - started:.1f}s{how}"
 
@@ -154,7 +157,10 @@ def keep_up(target: SparkTarget, endpoint: Endpoint, *, by: str) -> Served | Non
         if st is not None and st.state == "starting" and time.time() - st.updated_at < START_TIMEOUT:
             return None
         terminate(proc, process_named(driver.pid, SCRIPT) if driver else None, timeout=30, grace=10)
-    return serve(target, endpoint, by=by)
+    try:
+        return serve(target, endpoint, by=by, as_of=driver.version if driver else 0)
+    except IntentChanged:  # stopped on purpose after this pass read the record
+        return None
 
 
 def open_session(

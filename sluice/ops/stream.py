@@ -29,19 +29,20 @@ from typing import Any
 import psutil
 from confluent_kafka import KafkaException
 
-from sluice import config
-from sluice.errors import AlreadyRunning, InvalidInput, StartFailed, StopFailed, StreamUnhealthy
+from sluice import config, faults
+from sluice.errors import AlreadyRunning, IntentChanged, InvalidInput, StartFailed, StopFailed, StreamUnhealthy
 from sluice.ops.health import Observation, Verdict, assess
 from sluice.ops.submit import ingest_submission
-from sluice.ops.target import ENDED, SparkTarget
+from sluice.ops.target import SparkTarget
 from sluice.records import audit as audits
-from sluice.records import locks
 from sluice.records.checkpoint import Committed, read_committed
-from sluice.records.run import Desired, Driver, Failures, Status
+from sluice.records.run import Desired, Driver, Failures, Status, SupervisionPass, record_stop
 from sluice.records.tables import upstream_lag
 from sluice.spec import Pipeline, duration_seconds
 from sluice.spec.model import normalize_duration
-from sluice.state import Claim, Claimed, Holder, hostname, live, store
+from sluice.state import hostname
+from sluice.state import lease as leases
+from sluice.state.lease import Claimed, Holder
 from sluice.topics import end_offsets, kafka_reason, list_topics, total_partitions
 
 #: The job's file name: a process whose command line names it is a Sluice driver.
@@ -98,9 +99,7 @@ def _is_drivers(proc: psutil.Process | None, pipeline: Pipeline, recorded_at: fl
 def running(pipeline: Pipeline) -> Holder | None:
     """Who runs the pipeline's stream now, on any host: the live holder of its name's lease
     (its driver, or the action launching it)."""
-    name = Claim(pipeline.name, "name")
-    held = store().holders([name]).get(name)
-    return held if live(held, store().now()) else None
+    return leases.running(pipeline.name)
 
 
 def driver_process(pipeline: Pipeline) -> psutil.Process | None:
@@ -122,14 +121,16 @@ def launch(
     *,
     launched_by: str,
     desired: Desired = "running",
+    as_of: int = 0,
 ) -> Driver:
     """Take the pipeline's leases and start its job detached (see :func:`launch_detached`);
     the job adopts the leases. Raises :class:`AlreadyRunning` if the stream runs (or is being
-    launched) anywhere, and :class:`sluice.records.locks.Claimed` if another pipeline's driver
-    holds its checkpoint or tables (the job would refuse to start anyway, less visibly)."""
+    launched) anywhere, :class:`sluice.state.lease.Claimed` if another pipeline's driver
+    holds its checkpoint or tables (the job would refuse to start anyway, less visibly), and
+    :class:`IntentChanged` if the driver record is no longer at version ``as_of``."""
     owner = uuid.uuid4().hex
     try:
-        lease = locks.take(pipeline.name, locks.claims_for(pipeline), owner, ttl=LAUNCH_TTL)
+        lease = leases.take(pipeline.name, leases.claims_for(pipeline), owner, ttl=LAUNCH_TTL)
     except Claimed as exc:
         if exc.holder is not None and exc.holder.pipeline == pipeline.name:  # another launch won the race
             raise AlreadyRunning(already_running(pipeline, exc.holder)) from None
@@ -138,13 +139,14 @@ def launch(
         return launch_detached(
             pipeline.name,
             command,
-            env | {locks.OWNER_ENV: owner},
+            env | {leases.OWNER_ENV: owner},
             launched_by=launched_by,
             desired=desired,
             owner=owner,
+            as_of=as_of,
         )
     except BaseException:
-        locks.release(lease)
+        leases.release(lease)
         raise
 
 
@@ -163,12 +165,28 @@ def launch_detached(
     launched_by: str,
     desired: Desired = "running",
     owner: str = "",
+    as_of: int = 0,
 ) -> Driver:
-    """Start spark-submit detached (own session, output to a log file on this host) and record
-    it (the ``driver`` record)."""
+    """Record the launch (the ``driver`` record), then start spark-submit detached (own session,
+    output to a log file on this host).
+
+    The record is written with a compare-and-set on ``as_of``, the version of the record the
+    decision to launch was made on (0: there was none): if anyone wrote it since (a person's
+    stop), nothing is started and :class:`IntentChanged` says why. A stop recorded after that
+    is the launched job's to read (its owner is the launch's): it stops before its first batch."""
     logs = config.sluice_home() / "logs" / name
     logs.mkdir(parents=True, exist_ok=True)
     log = logs / time.strftime("%Y%m%dT%H%M%S.log", time.gmtime())
+    driver = Driver(name, 0, command, str(log), time.time(), launched_by, desired, owner=owner, version=as_of)
+    if not driver.save_if_unchanged():
+        now = Driver.read(name)
+        why = (
+            f"it was stopped by {now.stopped_by} meanwhile"
+            if now and now.desired == "stopped"
+            else "it changed meanwhile"
+        )
+        raise IntentChanged(f"{name}: not started: {why} (its driver record was read before); nothing was launched")
+    faults.point("launch.recorded")
     with log.open("ab") as out:
         proc = subprocess.Popen(
             command,
@@ -178,8 +196,12 @@ def launch_detached(
             env=os.environ | env,
             start_new_session=True,  # survives the task that launched it; stoppable as a group
         )
-    driver = Driver(name, proc.pid, command, str(log), time.time(), launched_by, desired, owner=owner)
-    driver.save()
+    driver.pid = proc.pid
+    while not driver.save_if_unchanged():  # a stop was recorded meanwhile: keep it, add the pid
+        now = Driver.read(name)
+        if now is None or now.owner != owner:
+            break  # another launch's record (this one's job finds the leases taken and exits)
+        now.pid, driver = proc.pid, now
     return driver
 
 
@@ -269,13 +291,18 @@ def start(
     timeout: float = 180.0,
     fresh: bool = True,
     rebuild: bool = False,
+    as_of: int | None = None,
 ) -> Started:
     """Launch the stream detached and wait until its query runs (or, run-once, has finished).
 
     A start a person asks for is ``fresh``: it forgets the failures in a row that made
     supervision give up, so that a changed rule or fixed data gets its own tries.
-    Supervision's restarts are not.
+    Supervision's restarts are not, and pass ``as_of``: the version of the driver record they
+    decided on, so that a stop recorded since wins (:class:`IntentChanged`).
     """
+    if as_of is None:
+        now = Driver.read(pipeline.name)
+        as_of = now.version if now else 0
     held = running(pipeline)
     if held is not None:
         raise AlreadyRunning(already_running(pipeline, held))
@@ -299,7 +326,7 @@ def start(
         conf=conf,
     )
     command, env = target.launch_command(sub)
-    driver = launch(pipeline, command, env, launched_by=by, desired="once" if once else "running")
+    driver = launch(pipeline, command, env, launched_by=by, desired="once" if once else "running", as_of=as_of)
     try:
         started = Started(driver, wait_running(pipeline, driver, timeout))
         if "spark.cores.max" in conf:
@@ -307,7 +334,7 @@ def start(
         return started
     except StartFailed:
         # Its leases, unless the job took them over (then it gives them up as it exits).
-        store().expire(locks.claims_for(pipeline), driver.owner, pid=os.getpid())
+        leases.expire(leases.claims_for(pipeline), driver.owner, pid=os.getpid())
         raise
 
 
@@ -318,12 +345,10 @@ def stop(pipeline: Pipeline, *, by: str, timeout: float = 120.0, grace: float = 
     stops the query; spark-submit's JVM exits with it. Only if that takes longer than
     ``timeout`` is the whole process group terminated, and killed after ``grace`` more
     seconds (the checkpoint makes that safe too).
-    Supervision does not restart a stream stopped here.
+    Supervision does not restart a stream stopped here: the stop is recorded with a
+    compare-and-set, so a supervision that read the record before it cannot write over it.
     """
-    driver = Driver.read(pipeline.name)
-    if driver is not None:
-        driver.desired, driver.stopped_at, driver.stopped_by = "stopped", time.time(), by
-        driver.save()  # the driver reads it within a second, on whichever host it runs
+    driver = record_stop(pipeline.name, by)  # the driver reads it within a second, on whichever host it runs
     held = running(pipeline)
     if held is None:
         return f"{pipeline.name} is not running; it stays stopped"
@@ -336,7 +361,7 @@ def stop(pipeline: Pipeline, *, by: str, timeout: float = 120.0, grace: float = 
                 f"it stops by itself when it next reaches the run-state store, or its lease expires"
             )
         return f"stopped {pipeline.name} gracefully on {held.host} in {time.monotonic() - started:.1f}s"
-    group = _is_drivers(process_named(driver.pid), pipeline, driver.launched_at) if driver else None
+    group = _is_drivers(process_named(driver.pid), pipeline, driver.launched_at) if driver.pid else None
     if terminate(proc, group, timeout=timeout, grace=grace):
         return f"stopped {pipeline.name} gracefully in {time.monotonic() - started:.1f}s (driver pid {proc.pid})"
     return f"{pipeline.name} did not stop within {timeout:.0f}s; terminated its process group (restart resumes from the checkpoint)"
@@ -433,6 +458,7 @@ class StreamStatus:
     broker_error: str | None = None  # the broker did not answer: lag unknown
     rescued: audits.Rescued | None = None  # recent batches kept undeclared fields in _rescued
     holder: Holder | None = None  # the driver's lease: on which host, which epoch
+    supervision: str = ""  # who supervises the stream, or why nothing does
 
     @property
     def healthy(self) -> bool:
@@ -450,6 +476,7 @@ class StreamStatus:
             "broker_error": self.broker_error,
             "rescued": asdict(self.rescued) if self.rescued else None,
             "lease": asdict(self.holder) if self.holder else None,
+            "supervision": self.supervision,
         }
 
 
@@ -505,23 +532,57 @@ def status(
         start_new=start_new,
     )
     rescued = audits.rescued(pipeline) if pipeline.table_format else None
-    return StreamStatus(pipeline.name, obs, committed, verdict, driver, st, broker_error, rescued, held)
+    supervision = supervised_by(pipeline, SupervisionPass.read(pipeline.name), now)
+    return StreamStatus(pipeline.name, obs, committed, verdict, driver, st, broker_error, rescued, held, supervision)
 
 
-def free_if_app_ended(pipeline: Pipeline, target: SparkTarget) -> bool:
-    """Free the leases of a driver whose Spark application the cluster reports ended (its host
-    died, or was cut off and its executors were taken back), without waiting for the lease to
-    expire. If that driver still lives somewhere, its leases' epochs keep it from writing."""
-    held = running(pipeline)
-    if held is None or not held.app_id or target.app_state(held.app_id) not in ENDED:
-        return False
-    return store().expire(locks.claims_for(pipeline), held.owner)
+def supervised_by(pipeline: Pipeline, last: SupervisionPass | None, now: float) -> str:
+    """Who supervises the stream, or why nothing does: the last supervision pass against the
+    DAG's schedule (a pass missing for two of its runs means nothing runs it now)."""
+    dag, schedule = f"sluice_{pipeline.name}", pipeline.spec.supervision.schedule
+    ago = "" if last is None else f"{_ago(now - last.at)} ago on {last.host} ({last.by})"
+    if schedule is None or schedule in ("@once", "@continuous"):
+        why = f"supervision.schedule is {schedule or 'null'}"
+        return f"on demand only ({why}); last pass {ago}" if last else f"not supervised: {why}"
+    if last is None:
+        return f"not supervised: no supervision pass recorded (is DAG {dag} paused, or not deployed?)"
+    from croniter import croniter
+
+    runs = croniter(_cron(schedule), now)
+    runs.get_prev(float)
+    missed_since = runs.get_prev(float)  # the run before the latest: a pass since then is on time
+    if last.at < missed_since - 60:
+        return f"not supervised: the last supervision pass was {ago}; DAG {dag} runs {schedule}: is it paused?"
+    return f"supervised: last pass {ago}; DAG {dag} runs {schedule}"
+
+
+#: Airflow's presets as cron expressions (sluice.spec.model.SCHEDULE_PRESETS).
+_PRESETS = {
+    "@hourly": "0 * * * *",
+    "@daily": "0 0 * * *",
+    "@weekly": "0 0 * * 0",
+    "@monthly": "0 0 1 * *",
+    "@quarterly": "0 0 1 */3 *",
+    "@yearly": "0 0 1 1 *",
+}
+
+
+def _cron(schedule: str) -> str:
+    return _PRESETS.get(schedule, schedule)
+
+
+def _ago(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
 @dataclass(frozen=True)
 class Supervised:
     status: StreamStatus
     started: Started | None = None  # set when this pass started or restarted the stream
+    note: str | None = None  # why a start it decided on did not happen
 
 
 def supervise(
@@ -535,17 +596,31 @@ def supervise(
     start_new: bool = True,
 ) -> Supervised:
     """One idempotent supervision pass: start or restart if needed, raise if unhealthy or failed.
-    Without ``start_new`` a stream nobody started yet is left alone (see :func:`assess`)."""
-    free_if_app_ended(pipeline, target)
+    Without ``start_new`` a stream nobody started yet is left alone (see :func:`assess`).
+
+    A driver that stopped reporting is restarted only once its lease has expired: no host can
+    know sooner that it is dead (it may be paused, or cut off), and the launch takes the lease.
+    The launch is recorded against the driver record this pass read, so a stop a person
+    recorded meanwhile stands (the pass then starts nothing)."""
+    SupervisionPass(pipeline.name, by, time.time()).save()
     st = status(pipeline, offsets, start_new=start_new)
     if st.verdict.action in ("unhealthy", "failed"):
         raise StreamUnhealthy(f"{pipeline.name}: {st.verdict.reason}")
     if st.verdict.action in ("start", "restart"):
+        faults.point("supervise.decided")
         try:
             started = start(
-                pipeline, target, by=by, available_now=available_now, processing_time=processing_time, fresh=False
+                pipeline,
+                target,
+                by=by,
+                available_now=available_now,
+                processing_time=processing_time,
+                fresh=False,
+                as_of=st.driver.version if st.driver else 0,
             )
         except AlreadyRunning:  # another supervisor (another host's) started it a moment ago
             return Supervised(status(pipeline, offsets))
+        except IntentChanged as exc:  # a person stopped it after this pass read its record
+            return Supervised(status(pipeline, offsets), note=str(exc))
         return Supervised(st, started)
     return Supervised(st)

@@ -2,7 +2,8 @@
 
 ``driver`` (:class:`Driver`) is written by whoever launches the stream: how it was started,
 by whom, on which host, and what the user wants of it now (a stop asked for on any host
-reaches the driver through it). ``status`` (:class:`Status`) is written by the job every
+reaches the driver through it). It is only ever written with a compare-and-set on its
+``version``, so an action that read it before a person's stop cannot write over the stop. ``status`` (:class:`Status`) is written by the job every
 second while it runs: its state, Spark ids and last progress. ``failures`` (:class:`Failures`)
 is the job's memory of how often in a row it failed on the same batch, which supervision
 reads to stop restarting a stream that cannot pass it. The job writes its records fenced by
@@ -16,10 +17,13 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
-from sluice import config
-from sluice.state import Lease, hostname, store
+from sluice import config, faults
+from sluice.state import hostname, store
+
+if TYPE_CHECKING:
+    from sluice.state.lease import Lease
 
 #: What the user asked for last: keep it running, it was stopped on purpose, or run it once (available-now).
 Desired = Literal["running", "stopped", "once"]
@@ -50,14 +54,52 @@ class Driver:
     stopped_by: str | None = None
     host: str = field(default_factory=hostname)  # where the launcher ran: the log is there
     owner: str = ""  # the launch's lease owner: a stop of this record is a stop of that run
+    version: int = 0  # the record's version when it was read (0: not written yet)
 
     @classmethod
     def read(cls, pipeline: str) -> Self | None:
         data = store().get("driver", pipeline)
         return cls(**known_fields(cls, data)) if data else None
 
+    def save_if_unchanged(self) -> bool:
+        """Write the record if nobody wrote it since it was read (compare-and-set on its
+        version): True, and :attr:`version` is the new one; False, and nothing written."""
+        if not store().put_if("driver", self.pipeline, asdict(self), self.version):
+            return False
+        self.version += 1
+        return True
+
+
+def record_stop(pipeline: str, by: str) -> Driver:
+    """Record that ``by`` wants the stream stopped, over whatever the record says now: a
+    compare-and-set, tried again on the record as it is until it holds. A launch that read the
+    record before cannot write over it then; a stream never started is recorded stopped too,
+    so that a supervision deciding to start it meanwhile does not."""
+    while True:
+        driver = Driver.read(pipeline) or Driver(pipeline, 0, [], "", 0.0, "")
+        faults.point("stop.read")
+        driver.desired, driver.stopped_at, driver.stopped_by = "stopped", time.time(), by
+        if driver.save_if_unchanged():
+            return driver
+
+
+@dataclass
+class SupervisionPass:
+    """The last supervision pass over a stream (the ``supervised`` record): who ran it, where
+    and when, so that ``sluice status`` can say whether anything supervises the stream."""
+
+    pipeline: str
+    by: str
+    at: float
+    host: str = field(default_factory=hostname)
+
+    @classmethod
+    def read(cls, pipeline: str) -> Self | None:
+        data = store().get("supervised", pipeline)
+        return cls(**known_fields(cls, data)) if data else None
+
     def save(self) -> None:
-        store().put("driver", self.pipeline, asdict(self))
+        store().put("supervised", self.pipeline, asdict(self))
 
 
 @dataclass

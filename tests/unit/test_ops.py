@@ -18,12 +18,13 @@ from confluent_kafka import KafkaError, KafkaException
 
 from sluice.errors import AlreadyRunning, InvalidInput, JobFailed, NothingToDo, StartFailed, StreamUnhealthy
 from sluice.ops import backfill, publish, stream, validate
-from sluice.records import locks
 from sluice.records.audit import BatchAudit, file_name
 from sluice.records.backfill import BackfillPlan
 from sluice.records.run import FORGET_AFTER, Driver, Failures, Status
 from sluice.spec import Pipeline, load_pipeline
-from sluice.state import Holder, hostname, store
+from sluice.state import hostname
+from sluice.state import lease as locks
+from sluice.state.lease import Holder, acquire
 from tests.derived_tables import derived_spec
 from tests.fixtures import make_pipeline
 from tests.unit.fake_target import FakeTarget
@@ -393,18 +394,18 @@ def test_a_pid_in_a_record_is_no_driver_a_lease_is(home: Path, pipeline: Pipelin
     cmd = [sys.executable, "-c", "import time; time.sleep(30)", "ingest.py", "--spec", str(other.spec_path)]
     proc = subprocess.Popen(cmd)
     try:
-        Driver(pipeline.name, proc.pid, cmd, "log", time.time(), "test").save()
+        assert Driver(pipeline.name, proc.pid, cmd, "log", time.time(), "test").save_if_unchanged()
         assert stream.running(pipeline) is None and stream.driver_process(pipeline) is None
         assert stream.stop(pipeline, by="test") == f"{pipeline.name} is not running; it stays stopped"
         assert proc.poll() is None  # the other pipeline's driver runs on
 
         claims = locks.claims_for(pipeline)
-        store().acquire(claims, Holder(pipeline.name, hostname(), proc.pid, "here"), ttl=60)
+        acquire(claims, Holder(pipeline.name, hostname(), proc.pid, "here"), ttl=60)
         assert (held := stream.running(pipeline)) is not None and held.pid == proc.pid
         proc.kill()
         proc.wait()
         assert stream.running(pipeline) is None  # gone from this host: free at once, not after 60 s
-        store().acquire(claims, Holder(pipeline.name, "host-b", proc.pid, "there"), ttl=60)
+        acquire(claims, Holder(pipeline.name, "host-b", proc.pid, "there"), ttl=60)
         assert (held := stream.running(pipeline)) is not None and held.host == "host-b"
         assert stream.driver_process(pipeline) is None  # nothing to signal here
         with pytest.raises(AlreadyRunning, match=f"{pipeline.name} is already running on host-b"):
@@ -452,3 +453,29 @@ def test_a_continuous_branch_granted_its_cores_on_a_cluster_runs(home: Path, mon
         == "running"
     )
     stream.stop(fraud, by="test")
+
+
+def test_status_says_who_supervises_the_stream(home: Path, pipeline: Pipeline) -> None:
+    """A paused DAG runs no supervision pass: status says so, against the DAG's schedule."""
+    from sluice.records.run import SupervisionPass
+
+    now = time.time()
+    every5 = make_pipeline(home, "events", name="every5", supervision={"schedule": "*/5 * * * *"})
+    assert stream.supervised_by(every5, None, now) == (
+        "not supervised: no supervision pass recorded (is DAG sluice_every5 paused, or not deployed?)"
+    )
+    recent = SupervisionPass("every5", "airflow sluice_every5 (scheduled)", now - 70, "worker-2")
+    assert stream.supervised_by(every5, recent, now) == (
+        "supervised: last pass 70s ago on worker-2 (airflow sluice_every5 (scheduled)); DAG sluice_every5 runs */5 * * * *"
+    )
+    stale = SupervisionPass("every5", "airflow", now - 25 * 60, "worker-1")
+    said = stream.supervised_by(every5, stale, now)
+    assert said.startswith("not supervised: the last supervision pass was 25 min ago on worker-1"), said
+    assert said.endswith("DAG sluice_every5 runs */5 * * * *: is it paused?"), said
+    manual = make_pipeline(home, "events", name="manual", supervision={"schedule": None})
+    assert stream.supervised_by(manual, None, now) == "not supervised: supervision.schedule is null"
+    # A pass is recorded by each supervision, from either front end.
+    stream.supervise(pipeline, FakeTarget(home), by="sluice supervise", offsets=no_lag, start_new=False)
+    last = SupervisionPass.read(pipeline.name)
+    assert last is not None and last.by == "sluice supervise" and last.host == hostname()
+    assert stream.status(pipeline, no_lag).supervision.startswith("supervised: last pass 0s ago")

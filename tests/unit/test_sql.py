@@ -160,7 +160,7 @@ def test_supervision_leaves_an_endpoint_stopped_on_purpose_alone(tmp_path: Path,
     from sluice.records.run import Driver
 
     monkeypatch.setenv("SLUICE_HOME", str(tmp_path))
-    Driver(NAME, 1, ["spark-submit"], "log", 0.0, "cli", "stopped").save()
+    assert Driver(NAME, 1, ["spark-submit"], "log", 0.0, "cli", "stopped").save_if_unchanged()
     assert sql.keep_up(LocalTarget(), Endpoint(), by="test") is None
     assert sql.status().desired == "stopped" and not sql.status().up
 
