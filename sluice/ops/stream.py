@@ -121,13 +121,14 @@ def launch(
     *,
     launched_by: str,
     desired: Desired = "running",
-    as_of: int = 0,
+    as_of: int | None = None,
 ) -> Driver:
     """Take the pipeline's leases and start its job detached (see :func:`launch_detached`);
     the job adopts the leases. Raises :class:`AlreadyRunning` if the stream runs (or is being
     launched) anywhere, :class:`sluice.state.lease.Claimed` if another pipeline's driver
     holds its checkpoint or tables (the job would refuse to start anyway, less visibly), and
-    :class:`IntentChanged` if the driver record is no longer at version ``as_of``."""
+    :class:`IntentChanged` if the driver record is no longer at version ``as_of`` (None: the
+    launch is a person's own, against the record as it is now)."""
     owner = uuid.uuid4().hex
     try:
         lease = leases.take(pipeline.name, leases.claims_for(pipeline), owner, ttl=LAUNCH_TTL)
@@ -165,15 +166,19 @@ def launch_detached(
     launched_by: str,
     desired: Desired = "running",
     owner: str = "",
-    as_of: int = 0,
+    as_of: int | None = None,
 ) -> Driver:
     """Record the launch (the ``driver`` record), then start spark-submit detached (own session,
     output to a log file on this host).
 
     The record is written with a compare-and-set on ``as_of``, the version of the record the
-    decision to launch was made on (0: there was none): if anyone wrote it since (a person's
-    stop), nothing is started and :class:`IntentChanged` says why. A stop recorded after that
-    is the launched job's to read (its owner is the launch's): it stops before its first batch."""
+    decision to launch was made on (0: there was none; None: the record as it is now, for a
+    person's own launch): if anyone wrote it since (a person's stop), nothing is started and
+    :class:`IntentChanged` says why. A stop recorded after that is the launched job's to read
+    (its owner is the launch's): it stops before its first batch."""
+    if as_of is None:
+        now = Driver.read(name)
+        as_of = now.version if now else 0
     logs = config.sluice_home() / "logs" / name
     logs.mkdir(parents=True, exist_ok=True)
     log = logs / time.strftime("%Y%m%dT%H%M%S.log", time.gmtime())
