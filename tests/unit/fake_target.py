@@ -16,6 +16,7 @@ from pathlib import Path
 
 from sluice.errors import JobFailed
 from sluice.ops.submit import Submission
+from sluice.spec import Pipeline
 
 DRIVER = r"""
 import os, signal, sys, threading, time
@@ -109,3 +110,8 @@ REPORT = {
     "partitions": [{"date": "2026-11-20", "rows": 10, "success": True}],
     "outcomes": [],
 }
+
+
+def no_lag(_: Pipeline) -> dict[str, dict[int, int]]:
+    """End offsets for the actions' tests: no lag (the broker is never asked)."""
+    return {}

@@ -13,10 +13,9 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
-import psutil
 import pytest
 
 from sluice import faults
@@ -24,7 +23,7 @@ from sluice.ops import stream
 from sluice.records.run import Driver, Status
 from sluice.spec import Pipeline
 from tests.fixtures import make_pipeline
-from tests.unit.fake_target import FakeTarget
+from tests.unit.fake_target import FakeTarget, no_lag
 
 #: The points where the two threads can interleave: supervision's decision and its launch's
 #: record, the stop's read of the record it then writes.
@@ -99,23 +98,6 @@ class Interleaving:
         for t in threads:
             t.join(60)
         return errors
-
-
-def no_lag(_: Pipeline) -> dict[str, dict[int, int]]:
-    return {}
-
-
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    monkeypatch.setenv("SLUICE_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("SLUICE_KAFKA_BOOTSTRAP", "127.0.0.1:1")  # never contacted: offsets are injected
-    (tmp_path / "jars" / "spark").mkdir(parents=True)
-    (tmp_path / "jars" / "spark" / "delta-spark.jar").touch()  # only named on the command line
-    monkeypatch.setenv("SLUICE_JARS", str(tmp_path / "jars"))
-    yield tmp_path
-    for proc in psutil.process_iter(["cmdline"]):  # no fake driver outlives its test
-        if any(str(tmp_path) in part for part in proc.info["cmdline"] or []):
-            proc.kill()
 
 
 def a_stream_that_died(home: Path) -> Pipeline:

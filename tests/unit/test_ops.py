@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -27,24 +26,7 @@ from sluice.state import lease as locks
 from sluice.state.lease import Holder, acquire
 from tests.derived_tables import derived_spec
 from tests.fixtures import make_pipeline
-from tests.unit.fake_target import FakeTarget
-
-
-def no_lag(_: Pipeline) -> dict[str, dict[int, int]]:
-    return {}
-
-
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    monkeypatch.setenv("SLUICE_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("SLUICE_KAFKA_BOOTSTRAP", "127.0.0.1:1")  # never contacted: offsets are injected
-    (tmp_path / "jars" / "spark").mkdir(parents=True)
-    (tmp_path / "jars" / "spark" / "delta-spark.jar").touch()  # only named on the command line
-    monkeypatch.setenv("SLUICE_JARS", str(tmp_path / "jars"))
-    yield tmp_path
-    for proc in psutil.process_iter(["cmdline"]):  # no fake driver outlives its test
-        if any(str(tmp_path) in part for part in proc.info["cmdline"] or []):
-            proc.kill()
+from tests.unit.fake_target import FakeTarget, no_lag
 
 
 @pytest.fixture
