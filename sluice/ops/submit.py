@@ -38,6 +38,10 @@ BASE_CONF = {
     # (txnAppId); Delta's default of 50 tasks for that made it most of a small batch's cost
     # (benchmarks/results/trials/01-snapshot-partitions-2.json: 2.95 s -> 1.71 s a batch).
     "spark.databricks.delta.snapshotPartitions": "2",
+    # VACUUM lists a table's folders in this many Spark tasks, 10,000 by default whatever the
+    # table's size: most of the maintenance job's time on a small table (docs/measured.md,
+    # benchmarks/results/trials/12-vacuum-listing.json).
+    "spark.sql.sources.parallelPartitionDiscovery.parallelism": "16",
     "spark.driver.memory": "1g",
     # Each record is also read as a VARIANT for the fields its schema does not declare; with
     # a key twice, from_json keeps the last value, and so must the VARIANT (else it is NULL).
