@@ -196,15 +196,16 @@ def test_the_airflow_target_builds_the_local_command_through_the_provider(airflo
 
 
 def test_the_sql_endpoint_dag_keeps_the_endpoint_up_unless_stopped_on_purpose(airflow, tmp_path) -> None:
-    """Started from the form on a port of its own, kept up on it after a crash (not on the
-    worker's SLUICE_SQL_PORT), moved by a restart from the form, left alone once stopped."""
+    """Started from the form on a port of its own (by a restart, which is a stop, here of
+    nothing, then a start), kept up on that port after a crash (not on the worker's
+    SLUICE_SQL_PORT), left alone once stopped."""
     from sluice.dev.ports import free_port
     from sluice.ops import sql
 
-    port, moved, workers = free_port(), free_port(), free_port()
+    port, workers = free_port(), free_port()
     env = {"SLUICE_PIPELINES": str(tmp_path), "SLUICE_SQL_PORT": str(workers)}
     try:
-        up = airflow.dags_test("sluice_sql_endpoint", {"action": "start", "port": port}, env=env)
+        up = airflow.dags_test("sluice_sql_endpoint", {"action": "restart", "port": port}, env=env)
         assert up.state == "success", up.log[-3000:]
         # No pipeline here; the event log (sluice_events) is served once any stream has written it.
         assert re.search(r"launched the SQL endpoint on local\[2\]: serving [01] table\(s\)", up.log), up.log[-3000:]
@@ -213,17 +214,13 @@ def test_the_sql_endpoint_dag_keeps_the_endpoint_up_unless_stopped_on_purpose(ai
         again = airflow.dags_test("sluice_sql_endpoint", {"action": "supervise"}, env=env)
         assert again.state == "success" and "the SQL endpoint is up" in again.log
 
-        restarted = airflow.dags_test("sluice_sql_endpoint", {"action": "restart", "port": moved}, env=env)
-        assert restarted.state == "success", restarted.log[-3000:]
-        running = sql.running()
-        assert running is not None and running.port == moved
         proc = sql.endpoint_process()
         assert proc is not None
         os.killpg(os.getpgid(proc.pid), signal.SIGKILL)  # a crash, not a stop on purpose
         revived = airflow.dags_test("sluice_sql_endpoint", {"action": "supervise"}, env=env)
         assert revived.state == "success" and "launched the SQL endpoint" in revived.log, revived.log[-3000:]
         running = sql.running()
-        assert running is not None and running.port == moved  # as last started, not the worker's port
+        assert running is not None and running.port == port  # as last started, not the worker's port
 
         stopped = airflow.dags_test("sluice_sql_endpoint", {"action": "stop"}, env=env)
         assert stopped.state == "success" and "stopped the SQL endpoint" in stopped.log

@@ -137,7 +137,10 @@ def test_produce_run_audit_and_sql_from_the_command_line(broker, tmp_path: Path)
     assert audit.returncode == 0 and "300" in audit.stdout
 
     counted = sluice(
-        "sql", "SELECT count(*) AS n, count(DISTINCT _kafka_offset, _kafka_partition) AS d FROM cli_signals", env=env
+        "sql",
+        "SELECT count(*) AS n, count(DISTINCT _kafka_offset, _kafka_partition) AS d,"
+        " (SELECT count(*) FROM cli_signals_quarantine) AS q FROM cli_signals",
+        env=env,
     )
     assert counted.returncode == 0, counted.stdout + counted.stderr[-2000:]
     warnings = [line for line in counted.stderr.splitlines() if line.startswith("warning:")]
@@ -145,10 +148,8 @@ def test_produce_run_audit_and_sql_from_the_command_line(broker, tmp_path: Path)
     assert "skipping a spec: " in warnings[0] and "broken.yaml" in warnings[0]
     assert warnings[1].startswith("warning: garbled: cannot register the delta table at")
     assert "Traceback" not in counted.stdout + counted.stderr
-    bad = sluice("sql", "SELECT count(*) AS q FROM cli_signals_quarantine", env=env)
-    rows_out = int(counted.stdout.split("│")[-3].strip())
-    quarantined = int(bad.stdout.split("│")[-2].strip())
-    assert rows_out + quarantined == 300
+    rows_out, distinct, quarantined = (int(cell.strip()) for cell in counted.stdout.split("│")[-4:-1])
+    assert rows_out == distinct and rows_out + quarantined == 300
     assert quarantined > 0
 
     wrong = sluice("sql", "SELECT nope FROM cli_signals", env=env)

@@ -28,7 +28,7 @@ from tests.unit.fake_target import FakeTarget, no_lag
 #: The points where the two threads can interleave: supervision's decision and its launch's
 #: record, the stop's read of the record it then writes.
 POINTS = ("supervise.decided", "launch.recorded", "stop.read")
-SEEDS = int(os.environ.get("SLUICE_INTERLEAVINGS", "50"))
+SEEDS = int(os.environ.get("SLUICE_INTERLEAVINGS", "20"))
 
 
 class Interleaving:
