@@ -13,11 +13,12 @@ JARS  := $(SLUICE_JARS)
 UV    := $(BIN)/uv
 MVN   := mvn -q -B
 
-.PHONY: setup cluster-setup cluster demo airflow test lint types docs docs-serve unit bench bench-latency bench-expectations bench-throughput bench-memory bench-sql bench-derived profile-ingest clean distclean help
+.PHONY: setup cluster-setup cluster demo airflow test drills lint types docs docs-serve unit bench bench-latency bench-expectations bench-throughput bench-memory bench-sql bench-derived profile-ingest clean distclean help
 
 help:
 	@echo "make demo   set up, then run the device-signal and payment pipelines end to end"
-	@echo "make test   set up, then lint, type-check, build the docs and run the whole test suite"
+	@echo "make test   set up, then lint, type-check, build the docs and run the test suite (what CI runs)"
+	@echo "make drills the long fault drills on the cluster layout and S3 (marked drill; not in make test)"
 	@echo "make docs   build the documentation site into site/ (mkdocs --strict); make docs-serve serves it"
 	@echo "make airflow  set up, then start Airflow standalone on http://127.0.0.1:8080 (dags/ as DAG folder)"
 	@echo "make cluster  the production layout on this machine: PostgreSQL, Redis, 3 Kafka brokers, Spark master + 2 workers, S3Proxy, Airflow + 2 Celery workers"
@@ -171,9 +172,16 @@ docs: setup
 docs-serve: setup
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
-test: lint types docs $(SLUICE_HOME)/.postgres $(SLUICE_HOME)/.redis $(SLUICE_HOME)/.chromium $(JARS)/jdbc/.installed $(JARS)/s3/.installed $(JARS)/s3proxy/.installed \
-      $(JARS)/compose/compose-spec.json
-	$(BIN)/pytest --timeout=900 --durations=40 $(PYTEST_ARGS)
+TEST_NEEDS = $(SLUICE_HOME)/.postgres $(SLUICE_HOME)/.redis $(SLUICE_HOME)/.chromium $(JARS)/jdbc/.installed $(JARS)/s3/.installed \
+      $(JARS)/s3proxy/.installed $(JARS)/compose/compose-spec.json
+
+# The suite CI runs at every change. The tests marked `drill` (the long fault drills, and long
+# tests whose checks this suite also makes on a shorter path) run with `make drills`.
+test: lint types docs $(TEST_NEEDS)
+	$(BIN)/pytest --timeout=900 --durations=40 -m "not drill" $(PYTEST_ARGS)
+
+drills: setup $(TEST_NEEDS)
+	$(BIN)/pytest --timeout=1800 --durations=40 -m drill $(PYTEST_ARGS)
 
 unit: setup
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)

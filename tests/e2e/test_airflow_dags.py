@@ -195,6 +195,9 @@ def test_the_airflow_target_builds_the_local_command_through_the_provider(airflo
     }
 
 
+# Two Thrift servers and five `airflow dags test` runs; the endpoint's supervision logic is in
+# tests/unit/test_sql.py and its serving in tests/integration/test_sql_endpoint.py.
+@pytest.mark.drill
 def test_the_sql_endpoint_dag_keeps_the_endpoint_up_unless_stopped_on_purpose(airflow, tmp_path) -> None:
     """Started from the form on a port of its own (by a restart, which is a stop, here of
     nothing, then a start), kept up on that port after a crash (not on the worker's

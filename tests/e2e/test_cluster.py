@@ -7,6 +7,7 @@ Tables and checkpoints are on s3a://; each drill reads them back from the S3 ser
 delta-rs, compares them with what the brokers acknowledged, and reports the records lost
 and duplicated (both must be 0) and the time to recover. A drill that kills a server starts
 it again (``Layout.up`` starts what is down) so the next one finds the whole layout.
+``make test`` runs the tests not marked ``drill``; ``make drills`` runs the drills.
 """
 
 from __future__ import annotations
@@ -161,6 +162,7 @@ def test_topics_get_three_copies_two_in_sync(hosts: Layout) -> None:
 # --- Kafka and Spark ----------------------------------------------------------------------
 
 
+@pytest.mark.drill
 def test_killing_a_partition_leader_mid_stream_loses_nothing(hosts: Layout, capsys) -> None:
     topic = "leader-drill"
     create_topics(hosts.kafka.bootstrap, [topic], partitions=2)
@@ -197,6 +199,7 @@ def test_killing_a_partition_leader_mid_stream_loses_nothing(hosts: Layout, caps
     assert result["lost"] == 0 and result["duplicated"] == 0, result
 
 
+@pytest.mark.drill
 def test_killing_a_spark_worker_mid_batch_loses_nothing(hosts: Layout, capsys) -> None:
     topic = "worker-drill"
     create_topics(hosts.kafka.bootstrap, [topic], partitions=2)
@@ -252,6 +255,31 @@ def ok(done: subprocess.CompletedProcess[str]) -> str:
     return done.stdout
 
 
+def test_a_stream_started_on_one_host_is_seen_and_stopped_from_the_other(hosts: Layout) -> None:
+    """The production path, at every change: started from worker-1's command line on the Spark
+    cluster, its tables and checkpoint on S3; its lag and lease seen from worker-2, which stops
+    it; every record once, read with delta-rs from S3. Every other action on the layout is in
+    test_every_action_works_from_either_hosts_command_line (`make drills`)."""
+    topic = "two-hosts"
+    create_topics(hosts.kafka.bootstrap, [topic], partitions=2)
+    p = spec(hosts, topic, trigger={"processing_time": "1 second"})
+    sent = produce(hosts, topic, EventGenerator(p, seed=32), 300, bad_fraction=0.1)
+    try:
+        assert f"started {p.name}" in ok(cli(hosts, "worker-1", "start", p.name))
+        wait_written(p, 300, lambda: driver_log(p))
+        deadline = time.monotonic() + 30  # the batch's rows are in; its checkpoint commit follows
+        while (st := json.loads(ok(cli(hosts, "worker-2", "status", p.name, "--json"))))["observation"]["lag"]:
+            assert time.monotonic() < deadline, st
+        assert st["lease"]["host"] == "worker-1" and st["healthy"], st
+        result = exactly_once(p, sent)
+        assert result["lost"] == 0 and result["duplicated"] == 0, result
+        stopped = ok(cli(hosts, "worker-2", "stop", p.name))
+        assert "gracefully on worker-1" in stopped, stopped
+    finally:
+        cli(hosts, "worker-1", "stop", p.name)
+
+
+@pytest.mark.drill
 @pytest.mark.timeout(1800)  # eight Spark applications in turn: 704 s alone on a slow day (2026-11-25)
 def test_every_action_works_from_either_hosts_command_line(hosts: Layout, capsys) -> None:
     """start, status with lag, backfill, audit, validate (GX, its Data Docs served by Airflow),
@@ -459,6 +487,7 @@ def wait_driver(p: Pipeline, ok: Callable[[Driver], bool], timeout: float, why: 
         time.sleep(1)
 
 
+@pytest.mark.drill
 def test_a_lost_celery_worker_and_a_restarted_scheduler_lose_no_stream(hosts: Layout, capsys) -> None:
     """SIGKILL the Celery worker whose supervision started a stream, with every process it
     started (the stream's driver too: the host is gone): the other worker's next scheduled
@@ -695,6 +724,7 @@ class Schedule:
         self.layout.up(lambda _: None)  # the broker comes back
 
 
+@pytest.mark.drill
 def test_a_random_schedule_of_faults_across_hosts_loses_and_doubles_nothing(
     hosts: Layout, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:

@@ -24,6 +24,9 @@ EXPECTATIONS = {
 }
 
 
+# A failing validation through the DAG and the CLI; the planted failures themselves are
+# checked in tests/integration/test_validation.py.
+@pytest.mark.drill
 def test_a_critical_violation_fails_the_quality_dag_and_sluice_validate(airflow, broker, spark) -> None:
     topic = new_topic(broker, partitions=1)
     pipeline = make_pipeline(airflow.pipelines, topic, name="dq", expectations=EXPECTATIONS)

@@ -218,6 +218,7 @@ def test_the_s3_server_restarted_while_a_stream_commits_loses_and_doubles_nothin
     assert shape is not None and "device_id" in shape.columns
 
 
+@pytest.mark.drill
 def test_every_writer_of_one_delta_table_on_s3_meets_the_others_and_loses_nothing(
     broker, object_store: S3Server, tmp_path: Path, monkeypatch, capsys
 ) -> None:

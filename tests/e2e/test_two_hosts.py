@@ -31,6 +31,10 @@ from tests.fixtures import exactly_once, make_pipeline, new_topic, python_driver
 pytestmark = [pytest.mark.e2e, pytest.mark.chaos]
 
 
+#: Rounds of two supervisions at once (more with SLUICE_SUPERVISION_ROUNDS); the store's
+#: compare-and-set decides each one.
+ROUNDS = int(os.environ.get("SLUICE_SUPERVISION_ROUNDS", "8"))
+
 SUPERVISE = """
 import json, sys, time
 from sluice.errors import AlreadyRunning
@@ -48,12 +52,12 @@ print(json.dumps({"started": done.started is not None}))
 
 
 def test_two_hosts_supervising_at_once_start_one_driver(sluice_home, postgres, tmp_path: Path, monkeypatch) -> None:
-    """Both Airflow workers' supervision passes fire together, 20 times: never two drivers.
+    """Both Airflow workers' supervision passes fire together, ROUNDS times: never two drivers.
     (The stream is a fake driver process that adopts and renews the lease like the job.)"""
     env = shared_state(postgres, monkeypatch)
     monkeypatch.setenv("SLUICE_HOME", str(tmp_path / "home"))
     pipeline = make_pipeline(tmp_path, "drill-topic", name="twice")
-    for round_ in range(20):
+    for round_ in range(ROUNDS):
         store().delete("driver", pipeline.name)  # nothing recorded: both passes want to start it
         at = time.time() + 1.5
         passes = [
@@ -102,7 +106,9 @@ def wait_paused(proc: psutil.Process, log: Path, timeout: float = 240) -> int:
     return found[1]
 
 
-@pytest.mark.parametrize("fmt", ["delta", "parquet"])
+# Parquet's three points in CI (its own commit protocol); Delta's two with `make drills`, and
+# Delta's commit refused on S3 in tests/e2e/test_object_store.py.
+@pytest.mark.parametrize("fmt", [pytest.param("delta", marks=pytest.mark.drill), "parquet"])
 def test_a_driver_paused_at_each_point_of_its_commit_loses_and_doubles_nothing(
     broker, postgres, tmp_path: Path, monkeypatch, capsys, fmt: str
 ) -> None:
