@@ -167,9 +167,6 @@ def test_sparks_own_refusal_is_explained(spark, broker, tmp_path) -> None:
     assert "continuous processing does not support" in message and "mode: micro_batch" in message
 
 
-# 357 s on 2026-11-27 (most of this module's time); the reverse switch is refused in
-# test_every_event_gets_its_verdict_and_every_bad_record_its_reason.
-@pytest.mark.drill
 def test_an_engine_switched_on_a_checkpoint_is_refused_and_the_branch_goes_on_under_its_own(
     spark, broker, tmp_path
 ) -> None:
