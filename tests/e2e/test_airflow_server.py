@@ -121,6 +121,9 @@ def server(airflow, broker, tmp_path_factory) -> Iterator[Server]:
             proc.wait()
 
 
+# The form's refusals and a start right after unpausing are in test_the_trigger_form_in_chromium;
+# this one adds the REST API's own answers (HTTP 400 for what the form's schema refuses).
+@pytest.mark.drill
 def test_trigger_through_the_rest_api(airflow, server, broker, spark) -> None:
     topic = new_topic(broker, partitions=2)
     # The default schedule: unpausing queues a scheduled supervision, as in the UI.

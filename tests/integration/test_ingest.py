@@ -281,7 +281,10 @@ def test_values_from_json_would_change_are_quarantined_with_the_field_or_coerced
     assert audit_totals(pipeline) == {"records_in": len(sent), "records_out": 5, "records_quarantined": 10}
 
 
-@pytest.mark.parametrize("fmt", ["delta", pytest.param("parquet", marks=pytest.mark.drill)])
+# Every ingest test here writes its later batches in one pass; this one compares them with
+# cached batches, record for record, in about 90 s a format: `make drills`.
+@pytest.mark.drill
+@pytest.mark.parametrize("fmt", ["delta", "parquet"])
 def test_batches_written_in_one_pass_audit_and_write_what_cached_batches_do(
     spark, broker, tmp_path, monkeypatch, caplog, fmt
 ) -> None:
