@@ -18,7 +18,7 @@ MVN   := mvn -q -B
 help:
 	@echo "make demo   set up, then run the device-signal and payment pipelines end to end"
 	@echo "make test   set up, then lint, type-check, build the docs and run the test suite (what CI runs)"
-	@echo "make drills the long fault drills on the cluster layout and S3 (marked drill; not in make test)"
+	@echo "make drills the tests marked drill, not in make test: long fault drills (cluster layout, S3) and a few long tests"
 	@echo "make docs   build the documentation site into site/ (mkdocs --strict); make docs-serve serves it"
 	@echo "make airflow  set up, then start Airflow standalone on http://127.0.0.1:8080 (dags/ as DAG folder)"
 	@echo "make cluster  the production layout on this machine: PostgreSQL, Redis, 3 Kafka brokers, Spark master + 2 workers, S3Proxy, Airflow + 2 Celery workers"

@@ -255,6 +255,14 @@ def ok(done: subprocess.CompletedProcess[str]) -> str:
     return done.stdout
 
 
+def seen_from_worker_2(hosts: Layout, p: Pipeline) -> None:
+    """worker-2's status of a stream worker-1 runs: no lag left, its lease on worker-1, healthy."""
+    deadline = time.monotonic() + 30  # the batch's rows are in; its checkpoint commit follows
+    while (st := json.loads(ok(cli(hosts, "worker-2", "status", p.name, "--json"))))["observation"]["lag"]:
+        assert time.monotonic() < deadline, st
+    assert st["lease"]["host"] == "worker-1" and st["healthy"], st
+
+
 def test_a_stream_started_on_one_host_is_seen_and_stopped_from_the_other(hosts: Layout) -> None:
     """The production path, at every change: started from worker-1's command line on the Spark
     cluster, its tables and checkpoint on S3; its lag and lease seen from worker-2, which stops
@@ -267,10 +275,7 @@ def test_a_stream_started_on_one_host_is_seen_and_stopped_from_the_other(hosts: 
     try:
         assert f"started {p.name}" in ok(cli(hosts, "worker-1", "start", p.name))
         wait_written(p, 300, lambda: driver_log(p))
-        deadline = time.monotonic() + 30  # the batch's rows are in; its checkpoint commit follows
-        while (st := json.loads(ok(cli(hosts, "worker-2", "status", p.name, "--json"))))["observation"]["lag"]:
-            assert time.monotonic() < deadline, st
-        assert st["lease"]["host"] == "worker-1" and st["healthy"], st
+        seen_from_worker_2(hosts, p)
         result = exactly_once(p, sent)
         assert result["lost"] == 0 and result["duplicated"] == 0, result
         stopped = ok(cli(hosts, "worker-2", "stop", p.name))
@@ -316,10 +321,7 @@ def test_every_action_works_from_either_hosts_command_line(hosts: Layout, capsys
         wait_written(p, 300, lambda: driver_log(p))
         assert not set(written_keys(p)) & early
 
-        deadline = time.monotonic() + 30  # the batch's rows are in; its checkpoint commit follows
-        while (st := json.loads(ok(cli(hosts, "worker-2", "status", p.name, "--json"))))["observation"]["lag"]:
-            assert time.monotonic() < deadline, st
-        assert st["lease"]["host"] == "worker-1" and st["healthy"], st
+        seen_from_worker_2(hosts, p)
 
         out = timed("backfill", lambda: ok(cli(hosts, "worker-2", "backfill", p.name, "--from-offset", "0")))
         assert "500 records" in out, out
