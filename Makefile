@@ -13,7 +13,7 @@ JARS  := $(SLUICE_JARS)
 UV    := $(BIN)/uv
 MVN   := mvn -q -B
 
-.PHONY: setup cluster-setup cluster demo airflow test drills lint types docs docs-serve unit bench bench-latency bench-expectations bench-throughput bench-memory bench-sql bench-derived profile-ingest clean distclean help
+.PHONY: setup cluster-setup cluster demo airflow test drills lint types docs docs-serve unit bench bench-latency bench-expectations bench-throughput bench-memory bench-sql bench-derived bench-ablation profile-ingest clean distclean help
 
 help:
 	@echo "make demo   set up, then run the device-signal and payment pipelines end to end"
@@ -27,6 +27,7 @@ help:
 	@echo "make bench-latency       micro-batch vs continuous vs real-time mode vs the broker alone (~16 min)"
 	@echo "make bench-expectations  ingest throughput with vs without the in-stream row rules (~6 min)"
 	@echo "make bench-throughput    Sluice vs plain Spark vs a hand-written consumer, fixed cost, scale"
+	@echo "make bench-ablation      plain Spark, then each of Sluice's stages added one at a time (~40 min)"
 	@echo "make bench-memory        RSS of the embedded stack: Airflow, Kafka and one stream (~6 min)"
 	@echo "make bench-sql           query latency: the SQL endpoint vs sluice sql without it (~20 min)"
 	@echo "make bench-derived       windowed example: batch time and state size at 1,000 and 10,000 keys (~8 min)"
@@ -196,6 +197,9 @@ bench-expectations: setup
 
 bench-throughput: setup
 	$(BIN)/python benchmarks/throughput.py
+
+bench-ablation: setup
+	$(BIN)/python benchmarks/ablation.py
 
 bench-memory: setup
 	$(BIN)/python benchmarks/memory.py
