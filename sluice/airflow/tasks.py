@@ -128,7 +128,7 @@ def sql_endpoint(action: str, *, port: int | None = None, host: str | None = Non
     environment (``SLUICE_SQL_*``) for those left empty."""
     from sluice.airflow.target import AirflowTarget
     from sluice.ops import sql
-    from sluice.ops.stream import log_tail
+    from sluice.ops.processes import log_tail
     from sluice.sql.settings import Endpoint
 
     by = _who()

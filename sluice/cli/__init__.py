@@ -4,6 +4,13 @@ Each command translates its arguments into a call of :mod:`sluice.ops` (or the e
 broker's), and Sluice's errors into one line on stderr and an exit code (:func:`main`).
 Every command has ``--help``. Commands that need Spark (``sql``, ``demo``) import it
 only when they run, so the rest start instantly.
+
+Registering the commands happens on every run, ``--version`` and ``--help`` included, so
+the modules of this package import at their top only what that needs: typer, Rich's console
+and Sluice's light modules. The spec loader (pydantic, sqlglot), :mod:`sluice.ops`,
+:mod:`sluice.dev` and confluent_kafka are imported in the command bodies that use them, and
+``tests/unit/test_cli_imports.py`` keeps it so. Typer evaluates the commands' annotations
+when it builds them, so the types of their parameters must come from light modules too.
 """
 
 from __future__ import annotations
@@ -11,17 +18,17 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from confluent_kafka import KafkaException
 
 import sluice
-from sluice.airflow.env import airflow_binary, airflow_env
 from sluice.cli import broker, cluster, quality, schema, sql, stream, tables
 from sluice.cli.output import console, error, fail, say
 from sluice.errors import NothingToDo, SluiceError
-from sluice.topics import kafka_reason
+
+if TYPE_CHECKING:
+    from confluent_kafka import KafkaException
 
 # Help texts are plain text: "[default: ...]" and "local[2]" must not be read as Rich markup.
 app = typer.Typer(
@@ -54,6 +61,8 @@ def _main(
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True}, add_help_option=False)
 def airflow(ctx: typer.Context) -> None:
     """Run Airflow (its own venv) with Sluice's DAGs and Spark runtime, e.g. `sluice airflow standalone`."""
+    from sluice.airflow.env import airflow_binary, airflow_env
+
     try:
         binary = airflow_binary()
     except FileNotFoundError as exc:
@@ -93,6 +102,18 @@ def main() -> None:
     except SluiceError as exc:
         error(str(exc))
         sys.exit(exc.exit_code)
-    except KafkaException as exc:  # a topics or producer command with the broker away
+    except _kafka_exception() as exc:  # a topics or producer command with the broker away
+        from sluice.topics import kafka_reason
+
         error(f"Kafka: {kafka_reason(exc)} (the embedded broker starts with `sluice kafka up`)")
         sys.exit(1)
+
+
+def _kafka_exception() -> tuple[type[KafkaException], ...]:
+    """confluent_kafka's KafkaException if a command imported confluent_kafka; none can be raised otherwise.
+
+    An except clause's expression is evaluated only when an exception reaches it, so this
+    keeps confluent_kafka out of the commands that never talk to Kafka.
+    """
+    kafka = sys.modules.get("confluent_kafka")
+    return (kafka.KafkaException,) if kafka is not None else ()

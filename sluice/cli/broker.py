@@ -5,17 +5,15 @@ from __future__ import annotations
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
 
 from sluice import config
 from sluice.cli.output import Bootstrap, SpecArg, console, fail, load
-from sluice.dev.broker import BrokerError, EmbeddedBroker
-from sluice.dev.generate import EventGenerator
-from sluice.dev.produce import ProduceError, ProduceReport, read_ndjson, send, synthetic
-from sluice.topics import create_topics, end_offsets
+
+if TYPE_CHECKING:
+    from sluice.dev.produce import ProduceReport
 
 kafka_app = typer.Typer(
     no_args_is_help=True, rich_markup_mode=None, help="The embedded Kafka broker (KRaft, localhost only)."
@@ -26,6 +24,8 @@ topics_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Kafk
 @kafka_app.command("up")
 def kafka_up(timeout: Annotated[float, typer.Option(help="Seconds to wait until it answers.")] = 90) -> None:
     """Start the broker (formatting its storage the first time) and wait until it answers."""
+    from sluice.dev.broker import BrokerError, EmbeddedBroker
+
     broker = EmbeddedBroker.default()
     was_running = broker.pid() is not None
     try:
@@ -40,6 +40,8 @@ def kafka_up(timeout: Annotated[float, typer.Option(help="Seconds to wait until 
 @kafka_app.command("down")
 def kafka_down() -> None:
     """Stop the broker gracefully."""
+    from sluice.dev.broker import EmbeddedBroker
+
     stopped = EmbeddedBroker.default().stop()
     console.print("Kafka stopped" if stopped else "Kafka was not running")
 
@@ -47,6 +49,8 @@ def kafka_down() -> None:
 @kafka_app.command("status")
 def kafka_status() -> None:
     """Show whether the broker runs, where, and how many topics it has. Exit 1 if down."""
+    from sluice.dev.broker import EmbeddedBroker
+
     st = EmbeddedBroker.default().status()
     if not st.running:
         console.print(f"Kafka is [red]not running[/] (data dir {st.data_dir})")
@@ -67,6 +71,10 @@ def topics_create(
     bootstrap: Bootstrap = None,
 ) -> None:
     """Create topics (existing ones are left as they are)."""
+    from rich.table import Table
+
+    from sluice.topics import create_topics
+
     wanted = list(names or [])
     if spec:
         wanted += load(spec).kafka.topics or []
@@ -81,6 +89,10 @@ def topics_create(
 @topics_app.command("offsets")
 def topics_offsets(topic: str, bootstrap: Bootstrap = None) -> None:
     """Show a topic's end offset per partition."""
+    from rich.table import Table
+
+    from sluice.topics import end_offsets
+
     table = Table("partition", "end offset")
     for part, off in sorted(end_offsets(bootstrap or config.bootstrap_servers(), topic).items()):
         table.add_row(str(part), str(off))
@@ -112,6 +124,9 @@ def produce(
     bootstrap: Bootstrap = None,
 ) -> None:
     """Produce synthetic events generated from the pipeline's schema."""
+    from sluice.dev.generate import EventGenerator
+    from sluice.dev.produce import ProduceError, send, synthetic
+
     p = load(spec)
     target = topic or next(iter(p.kafka.topics or []), None)
     if not target:
@@ -137,6 +152,8 @@ def replay(
     bootstrap: Bootstrap = None,
 ) -> None:
     """Send each line of a newline-delimited JSON file, unchanged, as one record."""
+    from sluice.dev.produce import ProduceError, read_ndjson, send
+
     stats: Counter[str] = Counter()
     try:
         report = send(bootstrap or config.bootstrap_servers(), topic, read_ndjson(file, stats), rate)

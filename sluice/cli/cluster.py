@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import shlex
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
 
 from sluice.cli.output import JsonOut, console, fail, print_json, say
-from sluice.dev.layout import Layout
 from sluice.errors import SluiceError
+
+if TYPE_CHECKING:
+    from sluice.dev.layout import Layout
 
 cluster_app = typer.Typer(
     no_args_is_help=True,
@@ -23,7 +24,7 @@ cluster_app = typer.Typer(
 @cluster_app.command("up")
 def up() -> None:
     """Start every server of the layout that is not running (its data is kept between runs)."""
-    layout = Layout.load()
+    layout = _layout()
     try:
         layout.up(say)
     except (SluiceError, OSError, RuntimeError) as exc:
@@ -35,7 +36,7 @@ def up() -> None:
 @cluster_app.command("down")
 def down() -> None:
     """Stop every server of the layout; tables, topics and Airflow's database stay for the next `up`."""
-    layout = Layout.load()
+    layout = _layout()
     layout.down(say)
     say("the cluster is down")
 
@@ -43,7 +44,7 @@ def down() -> None:
 @cluster_app.command("status")
 def status(as_json: JsonOut = False) -> None:
     """Each server, whether it runs, and its memory; exit code 1 if any is down."""
-    layout = Layout.load()
+    layout = _layout()
     rows = layout.status()
     if as_json:
         print_json(
@@ -58,7 +59,7 @@ def status(as_json: JsonOut = False) -> None:
 @cluster_app.command("env")
 def env(host: Annotated[str, typer.Option(help="A host of the layout, e.g. worker-1.")] = "") -> None:
     """Shell exports for a host of the layout: `eval "$(sluice cluster env)"`."""
-    layout = Layout.load()
+    layout = _layout()
     for key, value in layout.env().items():
         print(f"export {key}={shlex.quote(value)}")
     if host:
@@ -85,7 +86,15 @@ def bucket() -> None:
     say(f"bucket {name} is there")
 
 
+def _layout() -> Layout:
+    from sluice.dev.layout import Layout  # psutil and every server's settings: only these commands need them
+
+    return Layout.load()
+
+
 def _table(layout: Layout) -> None:
+    from rich.table import Table
+
     table = Table("service", "pid", "state", "memory", "address")
     total = 0
     for s, running, rss in layout.status():

@@ -7,13 +7,14 @@ or Spark is escaped, so ``[bold]`` in a topic name is printed, not read as marku
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from sluice.spec import Pipeline, load_pipeline
+if TYPE_CHECKING:
+    from sluice.spec import Pipeline
 
 console = Console(highlight=False)
 errors = Console(stderr=True, highlight=False)
@@ -49,4 +50,8 @@ def print_json(data: Any) -> None:
 
 
 def load(spec: str) -> Pipeline:
+    # Imported here: the spec loader brings pydantic and sqlglot, which cost most of a
+    # second that `sluice --version`, `--help` and the SQL client do not need.
+    from sluice.spec import load_pipeline
+
     return load_pipeline(spec)  # a SpecError reaches main(), which reports it

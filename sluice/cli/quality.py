@@ -5,19 +5,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from sluice.cli.output import JsonOut, Master, SpecArg, console, errors, load, print_json, say, warn
-from sluice.ops import check as checks
-from sluice.ops import preview as previews
-from sluice.ops import validate as validation
-from sluice.ops.target import LocalTarget
-from sluice.records.validation import Report, Selection
-from sluice.spec import Pipeline, PipelineSpec
+
+if TYPE_CHECKING:
+    from sluice.records.validation import Report, Selection
+    from sluice.spec import Pipeline
 
 
 def check(
@@ -33,6 +30,11 @@ def check(
     a valid spec no longer matches a table it already wrote (a column's type, the
     partitioning, a column added or removed).
     """
+    from rich.table import Table
+
+    from sluice.ops import check as checks
+    from sluice.spec import PipelineSpec
+
     if schema:
         print_json(PipelineSpec.model_json_schema(by_alias=True))
         return
@@ -87,6 +89,9 @@ def validate(
     as_json: JsonOut = False,
 ) -> None:
     """Validate the table with Great Expectations; exit 1 when a critical expectation fails."""
+    from sluice.ops import validate as validation
+    from sluice.ops.target import LocalTarget
+
     p = load(spec)
     chosen = validation.selection(p, dates=date, latest=latest)
     if as_json:
@@ -99,12 +104,17 @@ def validate(
 
 
 def validate_and_show(p: Pipeline, chosen: Selection, master: str | None = None) -> Report:
+    from sluice.ops import validate as validation
+    from sluice.ops.target import LocalTarget
+
     report = validation.validate(p, LocalTarget(master), chosen)
     _print_validation(report)
     return report
 
 
 def _print_validation(report: Report) -> None:
+    from rich.table import Table
+
     table = Table(
         "partition", "expectation", "GX expectation", "severity", "result", "failed", "observed", title=report.suite
     )
@@ -157,6 +167,10 @@ def preview(
     quarantined record with its reason, the fields kept in _rescued, and what each row rule
     would do.
     """
+    from rich.table import Table
+
+    from sluice.ops import preview as previews
+
     p = load(spec)
     report = previews.preview(p, n, file, master)
     if as_json:

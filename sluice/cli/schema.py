@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from sluice.cli.output import JsonOut, SpecArg, console, load, print_json, say, warn
-from sluice.ops import schema as schemas
-from sluice.spec import evolution
-from sluice.spec.compatibility import WIDENING_REFUSED
+
+if TYPE_CHECKING:
+    from sluice.spec import evolution
 
 schema_app = typer.Typer(
     no_args_is_help=True,
@@ -23,6 +22,8 @@ SchemaArg = Annotated[str, typer.Argument(help="A schema file, or <name>/v<N> un
 
 
 def _changes(changes: list[evolution.Change], title: str) -> None:
+    from rich.table import Table
+
     table = Table("field", "change", "compatible", "rule", title=escape(title))
     for c in changes:
         table.add_row(escape(c.path), escape(c.what), "yes" if c.compatible else "[bold red]no[/]", escape(c.rule))
@@ -39,6 +40,8 @@ def _as_dicts(changes: list[evolution.Change]) -> list[dict[str, object]]:
 @schema_app.command()
 def diff(old: SchemaArg, new: SchemaArg, as_json: JsonOut = False) -> None:
     """Every field added, removed or changed from OLD to NEW, with the rule that applies."""
+    from sluice.ops import schema as schemas
+
     changes = schemas.diff(old, new)
     if as_json:
         print_json(_as_dicts(changes))
@@ -55,6 +58,10 @@ def check_compat(old: SchemaArg, new: SchemaArg, as_json: JsonOut = False) -> No
     A widened type is compatible between the schemas, but a table that exists cannot take
     it yet (see `sluice check`): that is a warning here.
     """
+    from sluice.ops import schema as schemas
+    from sluice.spec import evolution
+    from sluice.spec.compatibility import WIDENING_REFUSED
+
     changes = schemas.diff(old, new)
     refused = evolution.incompatible(changes)
     for c in changes:
@@ -81,6 +88,8 @@ def suggest(
     as_json: JsonOut = False,
 ) -> None:
     """Draft the next schema version from the fields the pipeline's table rescued."""
+    from sluice.ops import schema as schemas
+
     s = schemas.suggest(load(spec))
     if as_json:
         print_json(

@@ -9,18 +9,15 @@ import sys
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 from typer.core import TyperGroup
 
 from sluice import config
 from sluice.cli.output import JsonOut, Master, console, errors, print_json, say, warn
 from sluice.errors import InvalidInput
-from sluice.ops import sql as ops
-from sluice.ops.target import LocalTarget
-from sluice.sql import passwords
+
+# Light modules; typer needs Format and Auth, the options' types, when it builds the commands.
 from sluice.sql.client import Format, Result, SqlError, as_csv, as_json
 from sluice.sql.settings import DATABASE, Auth, Endpoint, password_file
-from sluice.sql.shell import Shell
 
 
 class QueryFirst(TyperGroup):
@@ -57,6 +54,9 @@ def query(
     the same catalog. With no QUERY, an interactive shell. The password, when the endpoint
     asks for one, comes from $SLUICE_SQL_PASSWORD or a prompt.
     """
+    from sluice.ops import sql as ops
+    from sluice.sql.shell import Shell
+
     session = ops.open_session(user=user or os.environ.get("SLUICE_SQL_USER"), password=_password(), warn=warn)
     try:
         if statement is None:
@@ -79,6 +79,8 @@ def query(
 
 
 def _password() -> str | None:
+    from sluice.ops import sql as ops
+
     st = ops.running()
     if st is None or st.auth != "password":
         return None
@@ -95,6 +97,8 @@ def _show(result: Result, fmt: Format) -> None:
     elif fmt == "json":
         sys.stdout.write(as_json(result) + "\n")
     elif result.columns:
+        from rich.table import Table
+
         table = Table(*result.columns)
         for row in result.rows:
             table.add_row(*("" if v is None else str(v) for v in row), style=None)
@@ -114,6 +118,9 @@ def serve(
     master: Master = None,
 ) -> None:
     """Start the JDBC/ODBC endpoint (Spark's Thrift server) detached, read-only by default."""
+    from sluice.ops import sql as ops
+    from sluice.ops.target import LocalTarget
+
     env = Endpoint.from_env()
     endpoint = Endpoint(host or env.host, port or env.port, auth or env.auth, allow_writes)
     with console.status("starting the SQL endpoint"):
@@ -124,6 +131,8 @@ def serve(
 @sql_app.command()
 def status(json_out: JsonOut = False) -> None:
     """Is the endpoint up, where, and which tables it serves."""
+    from sluice.ops import sql as ops
+
     report = ops.status()
     if json_out:
         print_json(report.as_dict())
@@ -143,6 +152,8 @@ def status(json_out: JsonOut = False) -> None:
 @sql_app.command()
 def stop() -> None:
     """Stop the endpoint."""
+    from sluice.ops import sql as ops
+
     say(ops.stop(by="cli"))
 
 
@@ -155,6 +166,8 @@ def passwd(
 
     The password is read from $SLUICE_SQL_NEW_PASSWORD, or asked for twice.
     """
+    from sluice.sql import passwords
+
     path = password_file()
     if remove:
         say(f"removed {user} from {path}" if passwords.remove_user(path, user) else f"{user} is not in {path}")

@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from sluice.cli.output import JsonOut, Master, SpecArg, console, fail, load, print_json, say, warn
-from sluice.ops import backfill as backfills
-from sluice.ops import stream
-from sluice.ops.submit import ingest_submission
-from sluice.ops.target import LocalTarget
-from sluice.records import audit as audits
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from sluice.records import audit as audits
 
 
 def run(
@@ -26,6 +25,10 @@ def run(
     conf: Annotated[list[str] | None, typer.Option(help="Extra Spark setting KEY=VALUE (repeatable).")] = None,
 ) -> None:
     """Run the ingest job in the foreground with spark-submit, as Airflow submits it, and wait."""
+    from sluice.ops import stream
+    from sluice.ops.submit import ingest_submission
+    from sluice.ops.target import LocalTarget
+
     p = load(spec)
     target = LocalTarget(master, dict(c.split("=", 1) for c in conf or []))
     slots = stream.continuous_conf(p, target.master)
@@ -41,6 +44,9 @@ def start(
     master: Master = None,
 ) -> None:
     """Start the stream detached (as Airflow does) and wait until its query runs."""
+    from sluice.ops import stream
+    from sluice.ops.target import LocalTarget
+
     started = stream.start(
         load(spec),
         LocalTarget(master),
@@ -55,6 +61,8 @@ def stop(
     spec: SpecArg, timeout: Annotated[float, typer.Option(help="Seconds to wait for the batch in progress.")] = 120
 ) -> None:
     """Stop the stream after the batch in progress commits; supervision will not restart it."""
+    from sluice.ops import stream
+
     say(stream.stop(load(spec), by="sluice stop", timeout=timeout))
 
 
@@ -66,6 +74,9 @@ def restart(
     master: Master = None,
 ) -> None:
     """Stop the stream after its batch commits, then start it again from its checkpoint."""
+    from sluice.ops import stream
+    from sluice.ops.target import LocalTarget
+
     done = stream.restart(load(spec), LocalTarget(master), by="sluice restart", processing_time=processing_time)
     if done.stopped:
         say(done.stopped)
@@ -78,6 +89,9 @@ def rebuild(
     master: Master = None,
 ) -> None:
     """Recompute a derived pipeline from its upstream table as it is now (after rows were deleted there)."""
+    from sluice.ops import stream
+    from sluice.ops.target import LocalTarget
+
     done = stream.rebuild(load(spec), LocalTarget(master), by="sluice rebuild", available_now=available_now)
     if done.stopped:
         say(done.stopped)
@@ -86,6 +100,9 @@ def rebuild(
 
 def supervise(spec: SpecArg, master: Master = None) -> None:
     """One supervision pass: start (even a stream that never ran) or restart if needed, fail if unhealthy."""
+    from sluice.ops import stream
+    from sluice.ops.target import LocalTarget
+
     done = stream.supervise(load(spec), LocalTarget(master), by="sluice supervise")
     say(done.note or done.status.verdict.reason)
     if done.started:
@@ -94,6 +111,10 @@ def supervise(spec: SpecArg, master: Master = None) -> None:
 
 def status(spec: SpecArg, as_json: JsonOut = False) -> None:
     """Is the stream running, how far behind Kafka is it, and what would scheduled supervision do? Exit 1 if unhealthy."""
+    from rich.table import Table
+
+    from sluice.ops import stream
+
     p = load(spec)
     st = stream.status(p, start_new=p.spec.supervision.autostart)
     if as_json:
@@ -150,6 +171,9 @@ def backfill(
     master: Master = None,
 ) -> None:
     """Re-read a range of Kafka into the pipeline's tables (available-now, no duplicates)."""
+    from sluice.ops import backfill as backfills
+    from sluice.ops.target import LocalTarget
+
     p = load(spec)
     plan = backfills.plan(p, from_offset=from_offset, to_offset=to_offset, from_time=from_time, to_time=to_time)
     say(f"backfill {plan.id}: {plan.description}, {plan.records} records")
@@ -162,6 +186,8 @@ def audit(
     spec: SpecArg, last: Annotated[int, typer.Option(help="How many batches.")] = 20, as_json: JsonOut = False
 ) -> None:
     """Per-batch counts: records in = records out + records quarantined (+ late + filtered, derived)."""
+    from sluice.records import audit as audits
+
     p = load(spec)
     files = list(audits.audit_files([p.audit_path]))[-last:]
     if not files:
@@ -176,6 +202,8 @@ def audit_table(batches: list[audits.BatchAudit]) -> Table:
     """The batches' counts, with a column for what only some pipelines have (rows of exploded
     arrays, late, filtered, rescued, already present, failed rules) only when one of these
     batches has it, so the table fits an 80-column terminal whole."""
+    from rich.table import Table
+
     cells: dict[str, list[str]] = {
         "batch": [str(a.batch_id) for a in batches],
         "in": [str(a.records_in) for a in batches],

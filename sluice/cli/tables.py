@@ -3,25 +3,21 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
 from sluice.cli.broker import print_report
 from sluice.cli.output import console, fail, load, warn
 from sluice.cli.quality import validate_and_show
-from sluice.dev.broker import BrokerError, EmbeddedBroker
-from sluice.dev.generate import EventGenerator
-from sluice.dev.produce import ProduceError, send, synthetic
-from sluice.ops.submit import ingest_submission
-from sluice.ops.target import LocalTarget
-from sluice.records.validation import Selection
-from sluice.spec import Pipeline
-from sluice.topics import create_topics
+
+if TYPE_CHECKING:
+    from sluice.spec import Pipeline
 
 
 def _show(df: Any, limit: int, title: str | None = None) -> None:
+    from rich.table import Table
+
     rows = df.limit(limit + 1).collect()
     table = Table(*df.columns, title=title)
     for r in rows[:limit]:
@@ -47,6 +43,14 @@ def demo(
     then prints rows per date partition, quarantined records by reason and a query, and
     validates the tables that declare expectations with Great Expectations.
     """
+    from sluice.dev.broker import BrokerError, EmbeddedBroker
+    from sluice.dev.generate import EventGenerator
+    from sluice.dev.produce import ProduceError, send, synthetic
+    from sluice.ops.submit import ingest_submission
+    from sluice.ops.target import LocalTarget
+    from sluice.records.validation import Selection
+    from sluice.topics import create_topics
+
     broker = EmbeddedBroker.default()
     try:
         with console.status(f"starting Kafka on {broker.bootstrap}"):

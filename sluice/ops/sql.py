@@ -17,7 +17,7 @@ from typing import Any
 import psutil
 
 from sluice.errors import AlreadyRunning, IntentChanged, InvalidInput, StartFailed
-from sluice.ops.stream import alive, launch_detached, log_tail, process_named, terminate
+from sluice.ops.processes import alive, launch_detached, log_tail, process_named, terminate
 from sluice.ops.submit import endpoint_submission
 from sluice.ops.target import SparkTarget
 from sluice.records.endpoint import NAME, EndpointStatus, read_requested, save_requested

@@ -11,7 +11,7 @@ import time
 import psutil
 import pytest
 
-from sluice.ops import stream
+from sluice.ops import processes
 from sluice.ops.health import Observation, Verdict, assess
 from sluice.records.checkpoint import Committed, read_committed
 
@@ -125,10 +125,10 @@ def test_process_identity_guards_against_reused_pids() -> None:
         deadline = time.monotonic() + 10
         while "ingest.py" not in psutil.Process(proc.pid).cmdline() and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert stream.process_named(proc.pid, "ingest.py") is not None
-        assert stream.process_named(proc.pid, "maintain.py") is None
-        assert stream.process_named(os.getpid(), "ingest.py") is None
+        assert processes.process_named(proc.pid, "ingest.py") is not None
+        assert processes.process_named(proc.pid, "maintain.py") is None
+        assert processes.process_named(os.getpid(), "ingest.py") is None
     finally:
         proc.kill()
         proc.wait()
-    assert stream.process_named(proc.pid, "ingest.py") is None
+    assert processes.process_named(proc.pid, "ingest.py") is None

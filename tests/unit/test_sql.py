@@ -124,7 +124,7 @@ def test_server_messages_lose_their_java_wrapping() -> None:
 
 def test_sluice_sql_reads_a_first_word_as_a_query_unless_it_is_a_subcommand(monkeypatch) -> None:
     from sluice.cli import app
-    from sluice.cli import sql as cli_sql
+    from sluice.ops import sql as ops  # the command imports it when it runs
 
     ran: list[str] = []
 
@@ -133,8 +133,8 @@ def test_sluice_sql_reads_a_first_word_as_a_query_unless_it_is_a_subcommand(monk
             ran.append(sql)
             return Result(["x"], [(1,)])
 
-    monkeypatch.setattr(cli_sql.ops, "open_session", lambda **_: Session())
-    monkeypatch.setattr(cli_sql.ops, "running", lambda: None)
+    monkeypatch.setattr(ops, "open_session", lambda **_: Session())
+    monkeypatch.setattr(ops, "running", lambda: None)
     runner = CliRunner()
     done = runner.invoke(app, ["sql", "SELECT 1", "--format", "csv"])
     assert done.exit_code == 0 and done.stdout == "x\n1\n" and ran == ["SELECT 1"]
