@@ -62,7 +62,8 @@ class BatchReadChanged(RuntimeError):
 
 class BatchWriter(BatchFrame):
     """The ``foreachBatch`` function: split one batch between the two tables, in one pass
-    when it can (:meth:`_write_once`), else from a copy kept in memory (:meth:`_write_cached`)."""
+    when it can and the last batch was clean (:meth:`_write_once`, :func:`cached_next`), else
+    from a copy kept in memory (:meth:`_write_cached`)."""
 
     def __init__(
         self,

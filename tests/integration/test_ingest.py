@@ -288,9 +288,10 @@ def test_values_from_json_would_change_are_quarantined_with_the_field_or_coerced
 def test_batches_written_in_one_pass_audit_and_write_what_cached_batches_do(
     spark, broker, tmp_path, monkeypatch, caplog, fmt
 ) -> None:
-    """After its first batch, a stream writes each batch in one pass and counts it on the way
-    (BatchWriter._write_once); a writer's first batch, a backfill and a ``fail`` rule keep
-    the batch in memory and count it first (_write_cached). Both read the same topic here, 40
+    """A batch written in one pass, counted on the way (BatchWriter._write_once, forced here
+    for every batch after the first), and a batch kept in memory and counted first
+    (_write_cached: a writer's first batch, a backfill, a ``fail`` rule, the batch after one
+    with rejects or rescued fields). Both read the same topic here, 40
     records a batch from 3 partitions, with rejects, rescued fields, exploded arrays and
     rules that warn and drop: every batch's audit and every table must come out the same."""
     import random
@@ -380,6 +381,37 @@ def test_batches_written_in_one_pass_audit_and_write_what_cached_batches_do(
         rows = [read_without_spark(fmt, getattr(p, path), columns).to_pylist() for p in (once, cached)]
         key = lambda r: tuple(str(v) for v in r.values())  # noqa: E731
         assert sorted(rows[0], key=key) == sorted(rows[1], key=key) and rows[0]
+
+
+def test_a_batch_after_a_clean_one_is_written_in_one_pass_and_after_rejects_from_a_copy(
+    spark, broker, tmp_path, monkeypatch
+) -> None:
+    """cached_next: while the last batch was clean, a stream writes the next in one pass (its
+    rejects read again for the quarantine); after a batch with rejects, from a copy in memory.
+    Three batches of 20, the middle one with 5 malformed records: both paths, end to end."""
+    from jobs import micro_batch
+
+    topic = new_topic(broker, partitions=1)
+    gen = EventGenerator(make_pipeline(tmp_path, topic), seed=41)
+    mixed = [gen.bad("malformed") if i % 4 == 0 else gen.record() for i in range(20)]
+    send(broker.bootstrap, topic, [*synthetic(gen, 20), *mixed, *synthetic(gen, 20)])
+    passes: list[str] = []
+    for method in ("_write_once", "_write_cached"):
+        original = getattr(micro_batch.BatchWriter, method)
+
+        def spy(self, *args, _original=original, _name=method):
+            passes.append(_name)
+            return _original(self, *args)
+
+        monkeypatch.setattr(micro_batch.BatchWriter, method, spy)
+    pipeline = make_pipeline(tmp_path, topic, name="alternating", source={"max_offsets_per_trigger": 20})
+    run_available_now(spark, pipeline)
+    assert passes == ["_write_cached", "_write_once", "_write_cached"]
+    assert audit_totals(pipeline) == {"records_in": 60, "records_out": 55, "records_quarantined": 5}
+    assert read_without_spark("delta", pipeline.sink_path, ["_kafka_offset"]).num_rows == 55
+    quarantined = read_without_spark("delta", pipeline.quarantine_path, ["_kafka_offset", "reason"]).to_pylist()
+    assert sorted(r["_kafka_offset"] for r in quarantined) == [20, 24, 28, 32, 36]
+    assert {r["reason"] for r in quarantined} == {q.MALFORMED}
 
 
 def test_counts_a_write_did_not_observe_are_none_not_a_wait_for_ever(spark) -> None:
