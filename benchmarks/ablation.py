@@ -60,9 +60,13 @@ STAGES: dict[str, str] = {
     "rescued map": "+ the fields the schema does not declare, as _rescued",
     "reason": "+ each record's quarantine reason",
     "quarantine split": "foreachBatch: good records to the table, the rest to the quarantine",
-    "audit observation": "Sluice's batch writer: counts observed in the write, the audit file",
-    "idempotent commit": "+ Delta's txnAppId/txnVersion on both tables",
-    "event log": "+ the progress listener and the event log table (Sluice's run loop)",
+    # The writer as a whole: the row rules' check, the audit (observed in a one-pass write, or
+    # counted from the copy), the rejects read again, the rescued paths, the audit file.
+    "audit observation": "Sluice's batch writer, its appends without the writer's id",
+    "idempotent commit": "+ Delta's txnAppId/txnVersion, mergeSchema, the fence's confirm",
+    # The run loop: micro_batch.start's checks, the listener, the event log's flushes (outside
+    # the batches: they show in the run's wall time).
+    "event log": "+ Sluice's run loop: its start checks, the progress listener, the event log table",
     "lease checks": "+ the driver's lease, renewed beside it, checked before each batch and commit",
     "whole job": "+ status reports, lineage events, the put-if-absent check (jobs.ingest.drive)",
 }
@@ -80,6 +84,14 @@ WRITE_VARIANTS: dict[str, dict[str, str]] = {
         "spark.sql.maxConcurrentOutputFileWriters": "8",
     },
 }
+
+
+def git(*args: str) -> str:
+    return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def commit(ref: str) -> str:
+    return git("rev-parse", "--short", ref)
 
 
 def on(level: str, stage: str) -> bool:
@@ -485,6 +497,12 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown stages: {', '.join(unknown)}; known: {', '.join([*STAGES, *WRITE_VARIANTS])}")
 
+    provenance = {
+        "commit": commit("HEAD"),
+        # Stages measured with uncommitted changes: their code is not the commit's.
+        "uncommitted_changes": bool(git("status", "--porcelain", "--untracked-files=no")),
+        "baseline": commit(args.baseline) if args.baseline else None,
+    }
     codes: list[tuple[str | None, str | None]] = [(None, None)]
     if args.baseline:
         tree = Path(tempfile.mkdtemp(prefix="sluice-baseline-"))
@@ -509,7 +527,7 @@ def main() -> int:
             command += ["--fills", json.dumps(fills), "--stages", ",".join(order)]
             command += ["--max-offsets", str(args.max_offsets), "--small-batches", str(args.small_batches)]
             command += ["--code", code, "--label", label] if code and label else []
-            log = work / f"round-{n + 1}{'-' + label if label else ''}.log"
+            log = work / f"round-{n + 1}{'-' + label.replace('/', '_') if label else ''}.log"
             with log.open("w") as out, subprocess.Popen(command, stdout=subprocess.PIPE, stderr=out, text=True) as proc:
                 assert proc.stdout is not None
                 for line in proc.stdout:
@@ -537,9 +555,7 @@ def main() -> int:
         )
     report = {
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "commit": subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-        ).stdout.strip(),
+        **provenance,
         "machine": {"cores": os.cpu_count(), "python": platform.python_version(), "system": platform.platform()},
         "settings": {
             "events": args.events,
