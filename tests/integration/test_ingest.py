@@ -281,6 +281,22 @@ def test_values_from_json_would_change_are_quarantined_with_the_field_or_coerced
     assert audit_totals(pipeline) == {"records_in": len(sent), "records_out": 5, "records_quarantined": 10}
 
 
+def write_paths(monkeypatch) -> list[str]:
+    """The names of the BatchWriter paths each batch takes (_write_once, _write_cached), in order."""
+    from jobs import micro_batch
+
+    passes: list[str] = []
+    for method in ("_write_once", "_write_cached"):
+        original = getattr(micro_batch.BatchWriter, method)
+
+        def spy(self, *args, _original=original, _name=method):
+            passes.append(_name)
+            return _original(self, *args)
+
+        monkeypatch.setattr(micro_batch.BatchWriter, method, spy)
+    return passes
+
+
 # This one compares batches written in one pass with cached batches, record for record, in
 # about 90 s a format: `make drills`.
 @pytest.mark.drill
@@ -323,15 +339,7 @@ def test_batches_written_in_one_pass_audit_and_write_what_cached_batches_do(
     # Every batch here has rejects, after which a stream keeps its next batch (cached_next):
     # one pass is forced, to be compared.
     monkeypatch.setattr(micro_batch, "cached_next", lambda audit: False)
-    passes: list[str] = []
-    for method in ("_write_once", "_write_cached"):
-        original = getattr(micro_batch.BatchWriter, method)
-
-        def spy(self, *args, _original=original, _name=method):
-            passes.append(_name)
-            return _original(self, *args)
-
-        monkeypatch.setattr(micro_batch.BatchWriter, method, spy)
+    passes = write_paths(monkeypatch)
     once = make_pipeline(tmp_path, topic, name="once", **fields)
     run_available_now(spark, once)
     assert passes[0] == "_write_cached" and set(passes[1:]) == {"_write_once"} and len(passes) >= 8, passes
@@ -389,21 +397,12 @@ def test_a_batch_after_a_clean_one_is_written_in_one_pass_and_after_rejects_from
     """cached_next: while the last batch was clean, a stream writes the next in one pass (its
     rejects read again for the quarantine); after a batch with rejects, from a copy in memory.
     Three batches of 20, the middle one with 5 malformed records: both paths, end to end."""
-    from jobs import micro_batch
 
     topic = new_topic(broker, partitions=1)
     gen = EventGenerator(make_pipeline(tmp_path, topic), seed=41)
     mixed = [gen.bad("malformed") if i % 4 == 0 else gen.record() for i in range(20)]
     send(broker.bootstrap, topic, [*synthetic(gen, 20), *mixed, *synthetic(gen, 20)])
-    passes: list[str] = []
-    for method in ("_write_once", "_write_cached"):
-        original = getattr(micro_batch.BatchWriter, method)
-
-        def spy(self, *args, _original=original, _name=method):
-            passes.append(_name)
-            return _original(self, *args)
-
-        monkeypatch.setattr(micro_batch.BatchWriter, method, spy)
+    passes = write_paths(monkeypatch)
     pipeline = make_pipeline(tmp_path, topic, name="alternating", source={"max_offsets_per_trigger": 20})
     run_available_now(spark, pipeline)
     assert passes == ["_write_cached", "_write_once", "_write_cached"]
