@@ -35,7 +35,8 @@ help:
 	@echo "make clean  stop the broker and remove local state (tables, checkpoints, broker data)"
 
 setup: $(BIN)/.installed $(AIRFLOW_VENV)/bin/.installed $(JARS)/kafka/.installed $(JARS)/spark/.installed $(JARS)/web/.installed \
-       $(JARS)/metastore/.installed $(JARS)/sluice/sluice-sql.jar $(JARS)/sluice/sluice-storage.jar
+       $(JARS)/metastore/.installed $(JARS)/sluice/sluice-sql.jar $(JARS)/sluice/sluice-storage.jar \
+       $(JARS)/sluice/sluice-parse.jar
 	@# The drivers' class-data archive (sluice/ops/cds.py): built when missing or stale, ~45 s.
 	@$(BIN)/python -m sluice.ops.cds
 
@@ -151,6 +152,16 @@ $(JARS)/sluice/sluice-storage.jar: $(STORAGE_JAVA) $(JARS)/spark/.installed | $(
 	  -cp "$$($(BIN)/python -c 'import pyspark, os; print(os.path.dirname(pyspark.__file__))')/jars/*:$(JARS)/spark/*" $(STORAGE_JAVA)
 	jar cf $@ -C $(JARS)/sluice/storage-classes .
 	@rm -rf $(JARS)/sluice/storage-classes
+
+# The one-pass parse of a record (jobs/java/sluice/parse; see jobs/one_pass.py), compiled
+# against the wheel's jars.
+PARSE_JAVA := $(wildcard jobs/java/sluice/parse/*.java)
+$(JARS)/sluice/sluice-parse.jar: $(PARSE_JAVA) | $(BIN)/.installed $(SLUICE_HOME)/.tools
+	@rm -rf $(JARS)/sluice/parse-classes && mkdir -p $(JARS)/sluice/parse-classes
+	javac -nowarn --release 17 -d $(JARS)/sluice/parse-classes \
+	  -cp "$$($(BIN)/python -c 'import pyspark, os; print(os.path.dirname(pyspark.__file__))')/jars/*" $(PARSE_JAVA)
+	jar cf $@ -C $(JARS)/sluice/parse-classes .
+	@rm -rf $(JARS)/sluice/parse-classes
 
 demo: setup
 	$(BIN)/sluice demo

@@ -50,12 +50,14 @@ BASE_CONF = {
 
 
 def spark_jars() -> list[str]:
-    """The connector jars `make setup` resolved (Kafka source/sink and Delta), and Sluice's
-    own commit classes for S3 (sluice.storage.PUT_IF_ABSENT)."""
+    """The connector jars `make setup` resolved (Kafka source/sink and Delta), Sluice's
+    own commit classes for S3 (sluice.storage.PUT_IF_ABSENT), and its one-pass parse
+    (jobs.one_pass) when it was built."""
     jars = sorted(str(p) for p in config.jars_dir("spark").glob("*.jar"))
     if not jars:
         raise SluiceError(f"no jars in {config.jars_dir('spark')}: run `make setup`")
-    return jars + storage.commit_jars()
+    one_pass = config.jars_dir("sluice") / "sluice-parse.jar"
+    return jars + storage.commit_jars() + ([str(one_pass)] if one_pass.is_file() else [])
 
 
 def spark_conf(extra: dict[str, str] | None = None) -> dict[str, str]:
