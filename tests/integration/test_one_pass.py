@@ -1,4 +1,4 @@
-"""The one-pass parse (jobs.one_pass) against the reference parse (jobs.parse.parse), record for record.
+"""The one-pass parse (jobs.one_pass) against the reference parse (jobs.parse.parse without it), record for record.
 
 Wherever ``OnePass`` claims a record, the reference must have read the same struct and the
 same rescued fields, and found no reason but one about the event time (which is derived
@@ -43,7 +43,7 @@ def compare(spark, pipeline, values: list[bytes | None]) -> dict[str, int]:
         [(None, v, "t", 0, i, stamp) for i, v in enumerate(values)],
         "key binary, value binary, topic string, partition int, offset long, timestamp timestamp",
     )
-    reference = parse(raw, pipeline).select(
+    reference = parse(raw, pipeline, one_pass_first=False).select(
         "offset",
         F.to_json(F.col(PARSED).dropFields(q.CORRUPT)).alias("ref_data"),
         F.expr(rescued_json()).alias("ref_rescued"),
@@ -162,7 +162,17 @@ def test_json_edge_cases_are_read_alike_or_left_to_the_reference(spark) -> None:
         f'{{{base}, "new": 12345678901234567890123, "new2": 1.0e-10, "new3": "\\u00e9"}}',
     ]
     values: list[bytes | None] = [c.encode() for c in cases]
-    values += [None, b"\xff\xfe{}", f'{{{base}, "tags": ["\xe9"]}}'.encode("latin-1")]
+    values += [
+        None,
+        b"\xff\xfe{}",
+        f'{{{base}, "tags": ["\xe9"]}}'.encode("latin-1"),
+        b"\xef\xbb\xbf" + f"{{{base}}}".encode(),  # a byte-order mark
+        f"{{{base}}}".encode("utf-16-le"),  # UTF-16 without a mark: Jackson would detect it
+        f'{{{base}, "tags": ["'.encode() + b"\xed\xa0\xbd\xed\xb8\x80" + b'"]}',  # CESU-8
+        f'{{{base}, "tags": ["'.encode() + b"\xc0\x80" + b'"]}',  # an overlong NUL
+        f'{{{base}, "note\\n": 1, "x\\u2028": 2}}'.encode(),  # names Spark's RLIKE '$' takes
+        f'{{{base}, "extra": {{"k": 1, "k": 2}}}}'.encode(),  # a key twice inside an undeclared value
+    ]
     nested = json.loads(f"{{{base}}}")
     nested["device"] |= {"vendor": "acme", "id2": 1}
     nested["device"]["location"] |= {"alt": 3, "Alt": 4, "a b": None}
@@ -182,3 +192,18 @@ def test_real_samples_are_read_alike(spark, sample, shipped) -> None:
     values = [line.encode() for line in path.read_text().splitlines() if line.strip()]
     counts = compare(spark, pipeline, values)
     assert counts["records"] == len(values)
+
+
+def test_names_the_reference_cannot_write_as_a_json_path_leave_every_record_to_it(spark, tmp_path) -> None:
+    from tests.fixtures import make_pipeline
+
+    schema = tmp_path / "odd.ddl"
+    schema.write_text("timestamp BIGINT, `it's` STRUCT<x: INT>, `a.b` STRING, `c]` INT")
+    pipeline = make_pipeline(tmp_path, "odd", schema=str(schema))
+    values = [
+        b'{"timestamp": 1764288000, "it\'s": {"x": 1, "y": 2}}',
+        b'{"timestamp": 1764288000, "a.b": "s", "a": {"b": 1}}',
+        b'{"timestamp": 1764288000, "c]": 3}',
+    ]
+    counts = compare(spark, pipeline, values)
+    assert counts["claimed"] == 0, counts

@@ -3,6 +3,7 @@ package sluice.parse;
 import com.fasterxml.jackson.core.JsonFactory;
 import com.fasterxml.jackson.core.JsonParser;
 import com.fasterxml.jackson.core.JsonToken;
+import com.fasterxml.jackson.core.StreamReadFeature;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
@@ -12,6 +13,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
+import java.util.regex.Pattern;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
 import org.apache.spark.sql.api.java.UDF2;
@@ -24,6 +26,7 @@ import org.apache.spark.sql.types.LongType;
 import org.apache.spark.sql.types.StringType;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
+import org.apache.spark.unsafe.types.UTF8String;
 
 /**
  * A Kafka value read once, in one pass over its bytes: the typed row and the fields the
@@ -33,20 +36,34 @@ import org.apache.spark.sql.types.StructType;
  * <p>It answers only for a record it can read exactly: strict UTF-8 JSON, one object, every
  * declared value of the kind its type takes (a string for STRING, an integer in range for
  * INT and BIGINT, a finite number for DOUBLE, true or false for BOOLEAN), no key twice, and
- * every required field present. Anything else (a type it does not read, a value from_json
- * would change or refuse, a missing field) is NULL, and the caller takes the reference path,
+ * every required field present, valid UTF-8 as Spark's is_valid_utf8 has it, at most 1 MiB,
+ * under a schema whose names the reference can write as JSON paths and without default values.
+ * Anything else (a type it does not read, a value from_json would change or refuse, a missing
+ * field, a byte-order mark) is NULL, and the caller takes the reference path,
  * so the two can only differ where this class claims a record. Arguments: the value's bytes
  * and the schema as Spark's JSON.
  */
 public final class OnePass implements UDF2<byte[], String, Row> {
-  private static final JsonFactory JSON = new JsonFactory();
+  // Duplicate keys anywhere, even inside an undeclared value, leave the record to the
+  // reference; names are not interned (keys that keep changing would fill the JVM's table).
+  private static final JsonFactory JSON =
+      JsonFactory.builder()
+          .enable(StreamReadFeature.STRICT_DUPLICATE_DETECTION)
+          .disable(JsonFactory.Feature.INTERN_FIELD_NAMES)
+          .build();
+  /** A name that needs no backticks in a rescued path (see display and undeclared). */
+  private static final Pattern PLAIN = Pattern.compile("^[A-Za-z0-9_]+$");
   private static final Object UNSURE = new Object();
+  /** At most 9 bytes of VARIANT per byte of JSON: 1 MiB stays below the VARIANT's 16 MiB. */
+  private static final int MAX_BYTES = 1 << 20;
 
   /** The schema a call names, with each struct's field positions by name; read-only once built. */
   private static final class Compiled {
     final String json;
     final StructType schema;
     final Map<StructType, Map<String, Integer>> positions = new IdentityHashMap<>();
+    /** False when a record under this schema always takes the reference (see readable(StructField)). */
+    boolean readable = true;
 
     Compiled(String json) {
       this.json = json;
@@ -59,6 +76,7 @@ public final class OnePass implements UDF2<byte[], String, Row> {
         Map<String, Integer> m = new HashMap<>();
         StructField[] fields = s.fields();
         for (int i = 0; i < fields.length; i++) {
+          readable &= readable(fields[i]);
           m.put(fields[i].name(), i);
           index(fields[i].dataType());
         }
@@ -67,6 +85,21 @@ public final class OnePass implements UDF2<byte[], String, Row> {
         index(a.elementType());
       }
     }
+
+    /**
+     * A field the reference reads by a JSON path (its checks, its rescued fields) must have a
+     * name sluice.spec.quarantine.json_path writes as one: no '.', ' or ']'. And a
+     * default value (Spark's EXISTS_DEFAULT metadata) is one from_json fills in for an
+     * absent field.
+     */
+    private static boolean readable(StructField f) {
+      String name = f.name();
+      return name.indexOf('.') < 0
+          && name.indexOf('\'') < 0
+          && name.indexOf(']') < 0
+          && !f.metadata().contains("EXISTS_DEFAULT")
+          && !f.metadata().contains("CURRENT_DEFAULT");
+    }
   }
 
   // Tasks may share this instance: a call only reads it, and replaces it whole.
@@ -74,15 +107,26 @@ public final class OnePass implements UDF2<byte[], String, Row> {
 
   @Override
   public Row call(byte[] value, String schemaJson) {
-    if (value == null) {
+    // A larger value could make a VARIANT over its 16 MiB limit, which the reference reports.
+    if (value == null || value.length > MAX_BYTES) {
       return null;
     }
-    Compiled c = compiled;
-    if (c == null || !c.json.equals(schemaJson)) {
-      c = new Compiled(schemaJson);
-      compiled = c;
+    try {
+      Compiled c = compiled;
+      if (c == null || !c.json.equals(schemaJson)) {
+        c = new Compiled(schemaJson);
+        compiled = c;
+      }
+      // The reference's first test (is_valid_utf8) exactly; Jackson's decoder takes overlong
+      // forms and surrogates. And the first byte must open the object: a byte-order mark or
+      // UTF-16 would be skipped or decoded by Jackson, where the reference finds no JSON.
+      if (!c.readable || !startsWithObject(value) || !UTF8String.fromBytes(value).isValid()) {
+        return null;
+      }
+      return new Read(c, value).record();
+    } catch (RuntimeException e) {
+      return null;
     }
-    return new Read(c, value).record();
   }
 
   /** One value's read. */
@@ -129,7 +173,7 @@ public final class OnePass implements UDF2<byte[], String, Row> {
         Integer i = positions.get(name);
         if (i == null) {
           own = own == null ? new TreeMap<>() : own;
-          if (own.put(name, new String[] {child(path, display(name)), text(p)}) != null) {
+          if (own.put(name, new String[] {child(path, undeclared(name)), text(p)}) != null) {
             return null;
           }
           continue;
@@ -254,18 +298,31 @@ public final class OnePass implements UDF2<byte[], String, Row> {
     }
   }
 
+  private static boolean startsWithObject(byte[] value) {
+    for (byte b : value) {
+      if (b != ' ' && b != '\t' && b != '\n' && b != '\r') {
+        return b == '{';
+      }
+    }
+    return false;
+  }
+
   private static String child(String path, String name) {
     return path == null ? name : path + "." + name;
   }
 
   /** A name in a rescued path, as sluice.spec.rescue.display writes it. */
+  /** A declared name in a rescued path, as sluice.spec.rescue.display writes it (Python's fullmatch). */
   private static String display(String name) {
-    for (int i = 0; i < name.length(); i++) {
-      char c = name.charAt(i);
-      if (!(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_')) {
-        return "`" + name.replace("`", "``") + "`";
-      }
-    }
-    return name.isEmpty() ? "``" : name;
+    return PLAIN.matcher(name).matches() ? name : quoted(name);
+  }
+
+  /** An undeclared name in a rescued path, as sluice.spec.rescue._display_sql writes it (Spark's RLIKE). */
+  private static String undeclared(String name) {
+    return PLAIN.matcher(name).find() ? name : quoted(name);
+  }
+
+  private static String quoted(String name) {
+    return "`" + name.replace("`", "``") + "`";
   }
 }
