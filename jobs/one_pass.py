@@ -8,13 +8,13 @@ setup`` into ``sluice-parse.jar``) streams the value's bytes once with Jackson a
 typed row and the undeclared fields' JSON text by path, or NULL for any record it cannot
 read exactly as the reference would; those stay with the reference parse.
 
-It is not in the ingest path yet: ``tests/integration/test_one_pass.py`` holds it to the
-reference, record for record, before it is.
+``tests/integration/test_one_pass.py`` holds it to the reference, record for record.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 
 from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
@@ -22,23 +22,39 @@ from pyspark.sql.types import MapType, StringType, StructField, StructType
 
 from sluice.spec import Pipeline
 from sluice.spec.quarantine import lit
+from sluice.spec.rescue import EMPTY
+
+log = logging.getLogger(__name__)
 
 #: The SQL function's name in a session (:func:`register`).
 FUNCTION = "sluice_one_pass"
 CLASS = "sluice.parse.OnePass"
+#: The column :func:`jobs.parse.parse` keeps the one pass's result in, until it is spent.
+COLUMN = "__one_pass"
 
 
 def schema(pipeline: Pipeline) -> StructType:
     return StructType.fromJson(json.loads(pipeline.schema.to_spark_json()))
 
 
-def register(spark: SparkSession, pipeline: Pipeline) -> None:
-    """Make :data:`FUNCTION` callable for ``pipeline``'s schema (``sluice-parse.jar`` is in
-    ``spark.jars``, see :func:`sluice.ops.submit.spark_jars`)."""
-    result = StructType(
+def result_type(pipeline: Pipeline) -> StructType:
+    return StructType(
         [StructField("data", schema(pipeline)), StructField("rescued", MapType(StringType(), StringType()))]
     )
-    spark.udf.registerJavaFunction(FUNCTION, CLASS, result)
+
+
+def register(spark: SparkSession, pipeline: Pipeline) -> bool:
+    """Make :data:`FUNCTION` callable for ``pipeline``'s schema; False, with a warning, when
+    ``sluice-parse.jar`` is not in ``spark.jars`` (:func:`sluice.ops.submit.spark_jars`):
+    every record then takes the reference parse."""
+    try:
+        spark.udf.registerJavaFunction(FUNCTION, CLASS, result_type(pipeline))
+    except Exception as e:  # py4j's error for a class the JVM cannot load
+        if "ClassNotFoundException" not in str(e) and "Can not load class" not in str(e):
+            raise
+        log.warning("%s is not on Spark's classpath (run `make setup`): every record takes the slower parse", CLASS)
+        return False
+    return True
 
 
 def read(value: str, pipeline: Pipeline) -> Column:
@@ -52,3 +68,9 @@ def rescued_json(rescued: str) -> str:
     """The ``_rescued`` column from the one pass's ``rescued`` map, as the reference writes it
     (each value through a VARIANT, so numbers and keys are written alike)."""
     return f"CASE WHEN {rescued} IS NOT NULL THEN to_json(transform_values({rescued}, (k, v) -> parse_json(v))) END"
+
+
+def rescued_map(rescued: str) -> str:
+    """The rescued map (``MAP<STRING, VARIANT>``, as :func:`sluice.spec.rescue.rescued_sql`
+    gives it) from the one pass's ``rescued``: empty when there is nothing."""
+    return f"coalesce(transform_values({rescued}, (k, v) -> parse_json(v)), {EMPTY})"

@@ -1,9 +1,10 @@
 """Kafka records to parsed events: the stages before a batch is split and written.
 
-``value`` is cast to a string and parsed with ``from_json`` against the pipeline's
-schema plus a corrupt-record column, and once more as a VARIANT for the fields the schema
-does not declare (:mod:`sluice.spec.rescue`); the event time is derived and every record
-gets its quarantine reason (NULL when it is good). Nothing is filtered here: each record
+A record is read once in the JVM (:mod:`jobs.one_pass`) when it can be read exactly; any
+other, the reference: ``value`` is cast to a string and parsed with ``from_json`` against
+the pipeline's schema plus a corrupt-record column, and once more as a VARIANT for the fields
+the schema does not declare (:mod:`sluice.spec.rescue`). The event time is derived and every
+record gets its quarantine reason (NULL when it is good). Nothing is filtered here: each record
 read from Kafka reaches the batch writer, which sends it to one table or the other.
 """
 
@@ -15,6 +16,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from jobs import one_pass
 from sluice.spec import Pipeline, eventtime, flatten, rescue, strict
 from sluice.spec import quarantine as q
 from sluice.spec.columns import KEY, REASON, RESCUED, RESCUED_MAP, VARIANT
@@ -33,7 +35,14 @@ def parse_schema(pipeline: Pipeline) -> StructType:
     return StructType.fromJson(schema)
 
 
-def parse(raw: DataFrame, pipeline: Pipeline) -> DataFrame:
+def parse(raw: DataFrame, pipeline: Pipeline, one_pass_first: bool = True) -> DataFrame:
+    """Each record parsed, with its event time, its rescued fields and its quarantine reason.
+
+    A record :mod:`jobs.one_pass` reads exactly takes that one read: its row, its rescued
+    fields, and a reason that only its event time can give. Every other record takes the
+    reference parse below, which holds the one pass to account
+    (``tests/integration/test_one_pass.py``); ``one_pass_first=False`` sends every record there.
+    """
     et = pipeline.event_time
     event_field = pipeline.schema.find(et.field)
     assert event_field is not None  # checked when the spec was loaded
@@ -41,6 +50,9 @@ def parse(raw: DataFrame, pipeline: Pipeline) -> DataFrame:
     options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": q.CORRUPT}
     checks = strict.checks(pipeline.schema, et.field, pipeline.spec.coerce)
     rescued = set(pipeline.rescue_fields)
+    fast = one_pass_first and one_pass.register(raw.sparkSession, pipeline)
+    read = one_pass.read(q.VALUE, pipeline) if fast else F.lit(None).cast(one_pass.result_type(pipeline))
+    claimed = F.col(one_pass.COLUMN).isNotNull()
     parsed = (
         raw.select(
             F.col("key").alias(KEY),
@@ -51,27 +63,40 @@ def parse(raw: DataFrame, pipeline: Pipeline) -> DataFrame:
             "offset",
             "timestamp",
         )
-        .withColumn(PARSED, F.from_json(q.JSON, parse_schema(pipeline), options))
-        .withColumn(VARIANT, F.expr(f"try_parse_json({q.JSON})"))
+        .withColumn(one_pass.COLUMN, read)
+        .withColumn(
+            PARSED,
+            F.when(
+                claimed, F.col(f"{one_pass.COLUMN}.data").withField(q.CORRUPT, F.lit(None).cast("string"))
+            ).otherwise(F.from_json(q.JSON, parse_schema(pipeline), options)),
+        )
+        .withColumn(VARIANT, F.when(~claimed, F.expr(f"try_parse_json({q.JSON})")))
     )
     # A field marked rescue whose value from_json changed is emptied, so that rescued data
     # keeps it as it came (rescue.mismatch_sql), as when from_json could not read it at all.
     for dotted, check in checks:
         if dotted in rescued:
-            kept = F.when(F.expr(check).isNull(), F.col(q.parsed_sql(dotted)))
+            kept = F.when(claimed | F.expr(check).isNull(), F.col(q.parsed_sql(dotted)))
             parsed = parsed.withColumn(PARSED, F.col(PARSED).withField(dotted, kept))
     inexact = strict.items_sql([(d, c) for d, c in checks if d not in rescued])
+    reason = q.reason_sql(
+        pipeline.schema, et.field, et.format, pipeline.accepted_times, pipeline.rescue_fields, inexact
+    )
     return (
         parsed.withColumn(q.EVENT_TS, F.expr(eventtime.event_time_sql(event_expr, et.format, event_field.type)))
         .withColumn(
             REASON,
-            F.expr(
-                q.reason_sql(
-                    pipeline.schema, et.field, et.format, pipeline.accepted_times, pipeline.rescue_fields, inexact
-                )
+            F.when(claimed, F.expr(q.event_time_reason_sql(et.field, et.format, pipeline.accepted_times))).otherwise(
+                F.expr(reason)
             ),
         )
-        .withColumn(RESCUED_MAP, F.expr(rescue.rescued_sql(pipeline.schema, pipeline.rescue_fields)))
+        .withColumn(
+            RESCUED_MAP,
+            F.when(claimed, F.expr(one_pass.rescued_map(f"{one_pass.COLUMN}.rescued"))).otherwise(
+                F.expr(rescue.rescued_sql(pipeline.schema, pipeline.rescue_fields))
+            ),
+        )
+        .drop(one_pass.COLUMN)
     )
 
 

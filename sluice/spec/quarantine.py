@@ -200,12 +200,6 @@ def reason_sql(
             missing.append(f"CASE WHEN {expr} IS NULL{guard} THEN {lit(dotted)} END")
     missing_list = f"concat_ws(', ', {', '.join(missing)})" if missing else "''"
 
-    event_expr = parsed_sql(event_field)
-    event_jp = json_path(event_field) or "$"
-    raw_event = f"coalesce(get_json_object({JSON}, {lit(event_jp)}), '?')"
-    prefix_bad, suffix_bad = bad_event_time(event_field, "\x00", event_format).split("\x00")
-    prefix_range, suffix_range = out_of_range(event_field, "\x00", accepted.describe()).split("\x00")
-
     return f"""CASE
   WHEN {VALUE} IS NULL THEN {lit(EMPTY_VALUE)}
   WHEN NOT is_valid_utf8({JSON}) THEN {lit(NOT_UTF8)}
@@ -218,7 +212,22 @@ def reason_sql(
   WHEN {inexact} != '' THEN concat({lit(type_mismatch([]))}, {inexact})
   WHEN {VARIANT} IS NULL THEN {lit(UNCHECKABLE)}
   WHEN {missing_list} != '' THEN concat({lit(missing_required([]))}, {missing_list})
-  WHEN {EVENT_TS} IS NULL AND {event_expr} IS NULL THEN {lit(missing_event_time(event_field))}
-  WHEN {EVENT_TS} IS NULL THEN concat({lit(prefix_bad)}, {raw_event}, {lit(suffix_bad)})
-  WHEN {accepted.outside_sql(EVENT_TS)} THEN concat({lit(prefix_range)}, {raw_event}, {lit(suffix_range)})
+  {_event_time_whens(event_field, event_format, accepted)}
 END"""
+
+
+def event_time_reason_sql(event_field: str, event_format: str, accepted: Bounds) -> str:
+    """The reason of a record read exactly (jobs.one_pass): only its event time can be wrong.
+    The same conditions as the end of :func:`reason_sql`, over ``__data`` and ``__event_ts``."""
+    return f"CASE {_event_time_whens(event_field, event_format, accepted)} END"
+
+
+def _event_time_whens(event_field: str, event_format: str, accepted: Bounds) -> str:
+    event_expr = parsed_sql(event_field)
+    event_jp = json_path(event_field) or "$"
+    raw_event = f"coalesce(get_json_object({JSON}, {lit(event_jp)}), '?')"
+    prefix_bad, suffix_bad = bad_event_time(event_field, "\x00", event_format).split("\x00")
+    prefix_range, suffix_range = out_of_range(event_field, "\x00", accepted.describe()).split("\x00")
+    return f"""WHEN {EVENT_TS} IS NULL AND {event_expr} IS NULL THEN {lit(missing_event_time(event_field))}
+  WHEN {EVENT_TS} IS NULL THEN concat({lit(prefix_bad)}, {raw_event}, {lit(suffix_bad)})
+  WHEN {accepted.outside_sql(EVENT_TS)} THEN concat({lit(prefix_range)}, {raw_event}, {lit(suffix_range)})"""
