@@ -298,13 +298,24 @@ public final class OnePass implements UDF2<byte[], String, Row> {
     }
   }
 
+  /**
+   * The first byte opens the object and no byte is NUL: JSON has no raw NUL, and Jackson
+   * reads a value of ASCII and NULs as UTF-16 or UTF-32 where the reference reads UTF-8.
+   */
   private static boolean startsWithObject(byte[] value) {
-    for (byte b : value) {
-      if (b != ' ' && b != '\t' && b != '\n' && b != '\r') {
-        return b == '{';
+    int i = 0;
+    while (i < value.length && (value[i] == ' ' || value[i] == '\t' || value[i] == '\n' || value[i] == '\r')) {
+      i++;
+    }
+    if (i == value.length || value[i] != '{') {
+      return false;
+    }
+    for (; i < value.length; i++) {
+      if (value[i] == 0) {
+        return false;
       }
     }
-    return false;
+    return true;
   }
 
   private static String child(String path, String name) {
