@@ -101,21 +101,18 @@ def on(level: str, stage: str) -> bool:
 # --- filling the topics -------------------------------------------------------------------
 
 
-def fill(bootstrap: str, topic: str, events: int, bad_fraction: float, rescued_fraction: float) -> dict[str, int]:
-    """Create ``topic`` and send ``events`` records to it; how many are good and bad."""
+def records(n: int, bad_fraction: float, rescued_fraction: float) -> list[tuple[bytes | None, bool]]:
+    """``n`` generated records (value, good?): ``bad_fraction`` of them bad, of every kind the
+    generator makes, and ``rescued_fraction`` of the good ones with two undeclared fields."""
     import random
-
-    from confluent_kafka import Producer
 
     from sluice.dev.generate import EventGenerator
     from sluice.spec import load_pipeline
-    from sluice.topics import create_topics
 
-    create_topics(bootstrap, [topic], PARTITIONS)
     gen = EventGenerator(load_pipeline(SPEC), seed=11)
     rng = random.Random(5)
-    pool: list[tuple[bytes | None, bool]] = []
-    for _ in range(min(events, 20_000)):
+    out: list[tuple[bytes | None, bool]] = []
+    for _ in range(n):
         record = gen.record(bad_fraction)
         value = record.value
         if record.kind == "good" and rng.random() < rescued_fraction:
@@ -123,7 +120,18 @@ def fill(bootstrap: str, topic: str, events: int, bad_fraction: float, rescued_f
             event = record.event | {"firmware_channel": "beta"}
             event["device"] = event["device"] | {"vendor": "acme"}
             value = json.dumps(event).encode()
-        pool.append((value, record.kind == "good"))
+        out.append((value, record.kind == "good"))
+    return out
+
+
+def fill(bootstrap: str, topic: str, events: int, bad_fraction: float, rescued_fraction: float) -> dict[str, int]:
+    """Create ``topic`` and send ``events`` records to it (:func:`records`); how many are good and bad."""
+    from confluent_kafka import Producer
+
+    from sluice.topics import create_topics
+
+    create_topics(bootstrap, [topic], PARTITIONS)
+    pool = records(min(events, 20_000), bad_fraction, rescued_fraction)
     prod = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1_000_000, "log_level": 3})
     good = 0
     for i in range(events):

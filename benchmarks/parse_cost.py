@@ -28,37 +28,22 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import random
 import statistics
 import time
 from datetime import UTC, datetime
 from typing import Any
 
-from ablation import ORDER, PARTITIONS, SPEC, commit, probed
+from ablation import ORDER, PARTITIONS, SPEC, commit, probed, records
 from harness import RESULTS
 
 PARSE_STAGES = ORDER[: ORDER.index("reason") + 1]
 OUT = RESULTS / "trials" / "14-parse-cost.json"
 
 
-def values(records: int, bad_fraction: float, rescued_fraction: float) -> list[bytes | None]:
-    """The ablation's records (:func:`ablation.fill`), as bytes."""
-    from sluice.dev.generate import EventGenerator
-    from sluice.spec import load_pipeline
-
-    gen = EventGenerator(load_pipeline(SPEC), seed=11)
-    rng = random.Random(5)
-    pool: list[bytes | None] = []
-    for _ in range(min(records, 20_000)):
-        record = gen.record(bad_fraction)
-        value = record.value
-        if record.kind == "good" and rng.random() < rescued_fraction:
-            assert record.event is not None
-            event = record.event | {"firmware_channel": "beta"}
-            event["device"] = event["device"] | {"vendor": "acme"}
-            value = json.dumps(event).encode()
-        pool.append(value)
-    return [pool[i % len(pool)] for i in range(records)]
+def values(n: int, bad_fraction: float, rescued_fraction: float) -> list[bytes | None]:
+    """The ablation's records (:func:`ablation.records`, repeated as :func:`ablation.fill` sends them), as bytes."""
+    pool = [value for value, _good in records(min(n, 20_000), bad_fraction, rescued_fraction)]
+    return [pool[i % len(pool)] for i in range(n)]
 
 
 def variant_alone(raw: Any, pipeline: Any) -> Any:
