@@ -2,6 +2,7 @@
 
     make profile-ingest        # 1,000,000 events, 200,000 a batch; then 100 events, 10 a batch
     .venv/bin/python benchmarks/profile_ingest.py --events 100 --max-offsets 10 --name small-batches
+    .venv/bin/python benchmarks/profile_ingest.py --mixed --events 600000 --name mixed-batches
 
 Fills a topic like ``benchmarks/throughput.py`` and runs ``sluice run SPEC --available-now``
 once, with ``-XX:StartFlightRecording`` on the driver JVM (in local mode it is the executor
@@ -10,7 +11,9 @@ too) and the Python driver started under ``py-spy record``. It prints:
 - the run summary (Spark's time per phase: ``addBatch`` is Sluice's foreachBatch);
 - the JVM's hottest methods by self time and by inclusive time, and the share of samples per
   component (Delta, Parquet, Kafka, JSON, Spark SQL, ...), from ``jdk.ExecutionSample``;
-- the Python driver's hottest frames (self and inclusive).
+- the Python driver's hottest frames (self and inclusive);
+- Spark's jobs, from its event log: how many and how long, per call site and description
+  (Delta names its own, such as a snapshot's state rebuild), the first batch's apart.
 
 The recordings stay in ``benchmarks/results/profile/<name>/`` (``ingest.jfr`` opens in JDK
 Mission Control; ``driver.txt`` is py-spy's collapsed stacks, for flame-graph tools) beside
@@ -153,12 +156,60 @@ def python_profile(collapsed: Path, top: int) -> dict[str, Any]:
     }
 
 
+def spark_jobs(events: Path, top: int) -> dict[str, Any]:
+    """Spark's jobs from its event log, grouped by what started them: the call site (the
+    Python line for Sluice's own, the writer's ``save`` for Delta's) and Delta's description
+    (its digits made ``N``, so each batch's jobs add up under one label); and the jobs' seconds per
+    batch, where Spark tells the batch (``streaming.sql.batchId``)."""
+    batches: dict[str, float] = collections.defaultdict(float)
+    starts: dict[int, tuple[float, str]] = {}
+    batch_of: dict[int, str] = {}
+    spans: list[tuple[float, float, str]] = []
+    for log in sorted(events.iterdir()):
+        for line in log.read_text().splitlines():
+            event = json.loads(line)
+            kind = event.get("Event")
+            if kind == "SparkListenerJobStart":
+                props = event.get("Properties") or {}
+                site = props.get("callSite.short") or "?"
+                what = re.sub(r"\d+", "N", props.get("spark.job.description") or "")
+                label = f"{site} | {what}" if what and what != site else site
+                starts[event["Job ID"]] = (event["Submission Time"] / 1000, label)
+                batch_of[event["Job ID"]] = props.get("streaming.sql.batchId", "?")
+            elif kind == "SparkListenerJobEnd" and event["Job ID"] in starts:
+                began, label = starts.pop(event["Job ID"])
+                spans.append((began, event["Completion Time"] / 1000, label))
+                batches[batch_of.pop(event["Job ID"])] += spans[-1][1] - began
+    if not spans:
+        return {}
+    origin = min(b for b, _, _ in spans)
+    total: dict[str, float] = collections.defaultdict(float)
+    count: collections.Counter[str] = collections.Counter()
+    for began, ended, label in spans:
+        total[label] += ended - began
+        count[label] += 1
+    return {
+        "jobs": len(spans),
+        "job_seconds": round(sum(e - b for b, e, _ in spans), 2),
+        "wall_seconds": round(max(e for _, e, _ in spans) - origin, 2),
+        "by_label": [
+            (label, count[label], round(sec, 2)) for label, sec in sorted(total.items(), key=lambda t: -t[1])[: top * 2]
+        ],
+        "by_batch": {batch: round(sec, 2) for batch, sec in sorted(batches.items(), key=lambda b: (len(b[0]), b[0]))},
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--max-offsets", type=int, default=200_000)
     parser.add_argument("--top", type=int, default=15)
+    parser.add_argument(
+        "--mixed",
+        action="store_true",
+        help="the ablation's records (1 %% to quarantine, 5 %% of the good ones rescued) instead of good ones alone",
+    )
     parser.add_argument("--name", default="large-batches", help="the folder under benchmarks/results/profile/")
     args = parser.parse_args()
     py_spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
@@ -185,10 +236,22 @@ def main() -> int:
     broker = EmbeddedBroker.default()
     broker.start(timeout=120)
     try:
-        fill(broker.bootstrap, "profile", args.partitions, args.events)
+        if args.mixed:  # the ablation's topic has its own partition count
+            import ablation
+
+            ablation.fill(broker.bootstrap, "profile", args.events, 0.01, 0.05)
+        else:
+            fill(broker.bootstrap, "profile", args.partitions, args.events)
         spec = sluice_spec(work, "profiled", "profile", args.max_offsets)
         java = f"{LOG4J_OPTION} -XX:StartFlightRecording=filename={recording},settings=profile,dumponexit=true"
-        conf = {"spark.driver.extraJavaOptions": java, "spark.pyspark.driver.python": str(wrapper)}
+        events = out / "events"
+        events.mkdir()
+        conf = {
+            "spark.driver.extraJavaOptions": java,
+            "spark.pyspark.driver.python": str(wrapper),
+            "spark.eventLog.enabled": "true",
+            "spark.eventLog.dir": events.as_uri(),
+        }
         sub = ingest_submission(spec, pipeline_name="profiled", available_now=True, conf=conf)
         started = time.perf_counter()
         done = subprocess.run(sub.command(), env=os.environ | submit_env(sub.master), capture_output=True, text=True)
@@ -202,13 +265,14 @@ def main() -> int:
 
     found = re.search(r"run summary (\{.*\})", done.stderr + done.stdout)
     summary = json.loads(found.group(1)) if found else {}
-    report = {
+    report: dict[str, Any] = {
         "settings": vars(args),
         "process_s": round(seconds, 2),
         "run_summary": summary,
         "jvm": jvm_profile(recording, args.top),
         "jvm_overheads": jvm_overheads(recording),
         "python": python_profile(collapsed, args.top) if collapsed.exists() else {},
+        "spark_jobs": spark_jobs(events, args.top),
     }
     (out / "profile.json").write_text(json.dumps(report, indent=2))
     console.print(f"[bold]run[/]: {seconds:.1f}s whole process; summary {summary}")
@@ -223,7 +287,16 @@ def main() -> int:
         console.print(f"[bold]Python driver {title}[/]")
         for frame, share in report["python"].get(title, []):
             console.print(f"  {share:5.1f} %  {frame}")
-    console.print(f"saved {out}/ (ingest.jfr, driver.txt, driver.log, profile.json)")
+    jobs = report["spark_jobs"]
+    if jobs:
+        console.print(
+            f"[bold]Spark jobs[/]: {jobs['jobs']} in {jobs['wall_seconds']} s, {jobs['job_seconds']} s running"
+            " (call site | description: jobs, seconds)"
+        )
+        for label, n, sec in jobs["by_label"]:
+            console.print(f"  {sec:8.2f} s  {n:4d}  {label}")
+        console.print(f"  seconds of jobs per batch: {jobs['by_batch']}")
+    console.print(f"saved {out}/ (ingest.jfr, driver.txt, driver.log, events/, profile.json)")
     return 0
 
 
