@@ -36,7 +36,7 @@ help:
 
 setup: $(BIN)/.installed $(AIRFLOW_VENV)/bin/.installed $(JARS)/kafka/.installed $(JARS)/spark/.installed $(JARS)/web/.installed \
        $(JARS)/metastore/.installed $(JARS)/sluice/sluice-sql.jar $(JARS)/sluice/sluice-storage.jar \
-       $(JARS)/sluice/sluice-parse.jar
+       $(JARS)/sluice/sluice-parse.jar $(JARS)/sluice/sluice-delta.jar
 	@# The drivers' class-data archive (sluice/ops/cds.py): built when missing or stale, ~45 s.
 	@$(BIN)/python -m sluice.ops.cds
 
@@ -162,6 +162,16 @@ $(JARS)/sluice/sluice-parse.jar: $(PARSE_JAVA) | $(BIN)/.installed $(SLUICE_HOME
 	  -cp "$$($(BIN)/python -c 'import pyspark, os; print(os.path.dirname(pyspark.__file__))')/jars/*" $(PARSE_JAVA)
 	jar cf $@ -C $(JARS)/sluice/parse-classes .
 	@rm -rf $(JARS)/sluice/parse-classes
+
+# Delta's idempotent append without a rebuild of the table's state (jobs/java/sluice/delta;
+# see DeltaSink in jobs/sinks.py), compiled against the wheel's jars and delta-spark.
+DELTA_JAVA := $(wildcard jobs/java/sluice/delta/*.java)
+$(JARS)/sluice/sluice-delta.jar: $(DELTA_JAVA) $(JARS)/spark/.installed | $(BIN)/.installed $(SLUICE_HOME)/.tools
+	@rm -rf $(JARS)/sluice/delta-classes && mkdir -p $(JARS)/sluice/delta-classes
+	javac -nowarn --release 17 -d $(JARS)/sluice/delta-classes \
+	  -cp "$$($(BIN)/python -c 'import pyspark, os; print(os.path.dirname(pyspark.__file__))')/jars/*:$(JARS)/spark/*" $(DELTA_JAVA)
+	jar cf $@ -C $(JARS)/sluice/delta-classes .
+	@rm -rf $(JARS)/sluice/delta-classes
 
 demo: setup
 	$(BIN)/sluice demo

@@ -14,10 +14,11 @@ A batch with nothing for a table writes nothing to it; that is safe in both form
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from abc import ABC, abstractmethod
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -96,6 +97,28 @@ def commit_race(exc: BaseException) -> str | None:
     )
 
 
+def idempotent_append(spark: SparkSession) -> Any:
+    """``sluice.delta.IdempotentAppend`` (``jobs/java/sluice/delta``, built by ``make setup``):
+    Delta's idempotent append, answering the writer's last batch from the table's checksum
+    instead of rebuilding its state; None, with a warning once, when it is not on Spark's
+    classpath (the public writer then does the same write, slower)."""
+    from py4j.java_gateway import JavaClass
+
+    found = spark._jvm.sluice.delta.IdempotentAppend  # type: ignore[union-attr]
+    if isinstance(found, JavaClass):
+        return found
+    _missing_append()
+    return None
+
+
+@functools.cache
+def _missing_append() -> None:
+    log.warning(
+        "sluice.delta.IdempotentAppend is not on Spark's classpath (run `make setup`): Delta's writer "
+        "rebuilds each table's state for every batch"
+    )
+
+
 class DeltaSink(TableSink):
     """Exactly once by Delta's idempotent writes: each commit records (txnAppId, txnVersion =
     batch id), and Delta skips a write whose version it has already committed for that app id.
@@ -116,23 +139,31 @@ class DeltaSink(TableSink):
             self.fence.confirm()
             faults.point("delta.before-write", batch_id)
             try:
-                (
-                    df.write.format("delta")
-                    .mode("append")
-                    .partitionBy(self.partition_by)
-                    .option("txnAppId", self.app_id)
-                    # The spec may have gained columns (a new schema version, _rescued): the
-                    # table takes them; what it cannot take was refused before the stream started.
-                    .option("mergeSchema", "true")
-                    .option("txnVersion", str(batch_id))
-                    .save(self.path)
-                )
+                self._append(df, batch_id)
                 return
             except Exception as exc:
                 race = commit_race(exc)
                 if race is None or attempt == COMMIT_RACE_ATTEMPTS:
                     raise
                 log.warning("%s: batch %d lost a commit race (%s); writing it again", self.path, batch_id, race)
+
+    def _append(self, df: DataFrame, batch_id: int) -> None:
+        # The spec may have gained columns (a new schema version, _rescued): the table takes
+        # them; what it cannot take was refused before the stream started.
+        options = {"mergeSchema": "true"}
+        appender = idempotent_append(self.spark)
+        if appender is not None:  # the same write, without a rebuild of the table's state
+            appender.append(df._jdf, self.path, [self.partition_by], options, self.app_id, batch_id)
+            return
+        (
+            df.write.format("delta")
+            .mode("append")
+            .partitionBy(self.partition_by)
+            .options(**options)
+            .option("txnAppId", self.app_id)
+            .option("txnVersion", str(batch_id))
+            .save(self.path)
+        )
 
     def merge(self, df: DataFrame, keys: list[str]) -> None:
         """Merging the same rows again (a replayed batch) leaves the table as it was, so this

@@ -51,13 +51,13 @@ BASE_CONF = {
 
 def spark_jars() -> list[str]:
     """The connector jars `make setup` resolved (Kafka source/sink and Delta), Sluice's
-    own commit classes for S3 (sluice.storage.PUT_IF_ABSENT), and its one-pass parse
-    (jobs.one_pass) when it was built."""
+    own commit classes for S3 (sluice.storage.PUT_IF_ABSENT), and, when they were built, its
+    one-pass parse (jobs.one_pass) and its Delta append (jobs.sinks.idempotent_append)."""
     jars = sorted(str(p) for p in config.jars_dir("spark").glob("*.jar"))
     if not jars:
         raise SluiceError(f"no jars in {config.jars_dir('spark')}: run `make setup`")
-    one_pass = config.jars_dir("sluice") / "sluice-parse.jar"
-    return jars + storage.commit_jars() + ([str(one_pass)] if one_pass.is_file() else [])
+    own = [config.jars_dir("sluice") / name for name in ("sluice-parse.jar", "sluice-delta.jar")]
+    return jars + storage.commit_jars() + [str(jar) for jar in own if jar.is_file()]
 
 
 def spark_conf(extra: dict[str, str] | None = None) -> dict[str, str]:

@@ -270,3 +270,68 @@ def test_a_driver_paused_before_its_commit_while_another_took_over_loses_and_dou
     assert read_without_spark("parquet", table, ["id"]).num_rows == 4 * 4  # batches 0-3, each once
     on_disk = {p.name for p in (tmp_path / "t").glob("date=*/*.parquet")}
     assert on_disk == {parquet_log.location(e.path).name for e in entries}  # the loser's copies are gone
+
+
+def test_a_delta_writer_paused_between_its_check_and_its_commit_writes_its_batch_once(spark, tmp_path, caplog) -> None:
+    """Delta's append answers the writer's last batch from the table's checksum
+    (``sluice.delta.IdempotentAppend``): a replayed batch is skipped without a Spark job, also
+    by a driver that reads the table from disk. Delta's internals it uses are not a public API,
+    so this fails when they change. And the storage still decides: writer A finds batch 3
+    missing, then pauses while its files are written (a UDF that waits); B writes batch 3 under
+    the same app id and commits; A's commit then fails on B's, and its retry finds the batch."""
+    import uuid
+
+    from pyspark.sql import functions as F
+
+    from jobs.sinks import DeltaSink, idempotent_append
+
+    assert idempotent_append(spark) is not None, "sluice-delta.jar is not built: run `make setup`"
+    table = str(tmp_path / "t")
+    df = spark.range(0, 4, 1, 1).selectExpr("id", "current_date() AS date")
+    for batch in range(3):
+        DeltaSink(spark, table, "date", "w").write(df, batch)
+
+    def jobs_of(write: Callable[[], None]) -> list[int]:
+        group = f"replay-{uuid.uuid4().hex}"
+        spark.sparkContext.setJobGroup(group, "a replayed batch")
+        try:
+            write()
+        finally:
+            spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+        return list(spark.sparkContext.statusTracker().getJobIdsForGroup(group))
+
+    assert jobs_of(lambda: DeltaSink(spark, table, "date", "w").write(df, 2)) == []
+    spark._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()  # as a new driver finds the table
+    assert jobs_of(lambda: DeltaSink(spark, table, "date", "w").write(df, 1)) == []
+    assert read_without_spark("delta", table, ["id"]).num_rows == 3 * 4
+
+    started, go = tmp_path / "a-checked", tmp_path / "a-go"
+
+    def wait(value: int) -> int:  # in a Python worker: A has checked the table and is writing
+        started.touch()
+        while not go.exists():
+            time.sleep(0.05)
+        return value
+
+    slow = spark.range(0, 4, 1, 1).select(F.udf(wait, "long")("id").alias("id"), F.current_date().alias("date"))
+    errors: list[BaseException] = []
+
+    def run_a() -> None:
+        try:
+            DeltaSink(spark, table, "date", "w").write(slow, 3)
+        except BaseException as exc:
+            errors.append(exc)
+
+    a = threading.Thread(target=run_a, name="A")
+    with caplog.at_level("WARNING", logger="sluice.sinks"):
+        a.start()
+        deadline = time.monotonic() + 120
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert started.exists(), "writer A never started writing"
+        DeltaSink(spark, table, "date", "w").write(df, 3)  # B, while A is paused
+        go.touch()
+        a.join(180)
+    assert not a.is_alive() and not errors, errors
+    assert "lost a commit race (ConcurrentTransactionException)" in caplog.text  # the log decided, not a check
+    assert read_without_spark("delta", table, ["id"]).num_rows == 4 * 4  # batches 0-3, each once
