@@ -154,12 +154,6 @@ public final class IdempotentAppend {
     return last;
   }
 
-  /** Whether the snapshot's checksum can answer (for the test that holds this class to Delta). */
-  public static boolean answeredByChecksum(SparkSession spark, String path) {
-    Option<VersionChecksum> checksum = DeltaLog.forTable(spark, new Path(path)).update(false, Option.empty(), Option.empty()).checksumOpt();
-    return checksum.isDefined() && checksum.get().setTransactions().isDefined();
-  }
-
   private static <T> scala.collection.immutable.Seq<T> seq(List<T> items) {
     return CollectionConverters.asScala(new ArrayList<>(items)).toList();
   }
