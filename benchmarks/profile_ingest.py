@@ -156,26 +156,58 @@ def python_profile(collapsed: Path, top: int) -> dict[str, Any]:
     }
 
 
+#: Plan nodes that say nothing about what a job does, left out of its label.
+WRAPPERS = ("WholeStageCodegen", "InputAdapter", "AdaptiveSparkPlan", "Project", "ColumnarToRow")
+
+
+def plan_label(plan: dict[str, Any]) -> str:
+    """A job's SQL plan in a few words: its operators from the top, wrappers left out, and
+    the tables whose Delta state it scans (``Delta Table State #1 - .../events/_delta_log``)."""
+    names: list[str] = []
+    tables: list[str] = []
+
+    def walk(node: dict[str, Any]) -> None:
+        name = node.get("nodeName", "")
+        state = re.search(r"Delta Table State.* - .*/([^/]+)/_delta_log", name)
+        if state:
+            tables.append(state.group(1))
+        elif not name.startswith(WRAPPERS) and (not names or names[-1] != name):
+            names.append(name[:24] if name.startswith("Scan") else name.split(" ")[0])
+        for child in node.get("children", []):
+            walk(child)
+
+    walk(plan)
+    return " < ".join(names[:6]) + (f" [state of {', '.join(sorted(set(tables)))}]" if tables else "")
+
+
 def spark_jobs(events: Path, top: int) -> dict[str, Any]:
-    """Spark's jobs from its event log, grouped by what started them: the call site (the
-    Python line for Sluice's own, the writer's ``save`` for Delta's) and Delta's description
-    (its digits made ``N``, so each batch's jobs add up under one label); and the jobs' seconds per
+    """Spark's jobs from its event log, grouped by what they run: the SQL execution's
+    description when something other than the stream set it (Delta names its own, such as a
+    snapshot's state rebuild; digits made ``N``), else its plan in a few words
+    (:func:`plan_label`); with ``[batch]`` on the stream's own thread and ``[beside]`` on
+    another (the event log's flushes, Delta's post-commit hooks). Also the jobs' seconds per
     batch, where Spark tells the batch (``streaming.sql.batchId``)."""
     batches: dict[str, float] = collections.defaultdict(float)
+    executions: dict[str, str] = {}
     starts: dict[int, tuple[float, str]] = {}
     batch_of: dict[int, str] = {}
     spans: list[tuple[float, float, str]] = []
     for log in sorted(events.iterdir()):
         for line in log.read_text().splitlines():
             event = json.loads(line)
-            kind = event.get("Event")
-            if kind == "SparkListenerJobStart":
+            kind = event.get("Event", "")
+            if kind.endswith("SQLExecutionStart"):
+                what = event.get("description") or ""
+                mine = "runId = " in what  # the stream's batch, or Sluice's work inside it
+                label = plan_label(event.get("sparkPlanInfo") or {}) if mine else re.sub(r"\d+", "N", what)
+                executions[str(event["executionId"])] = label
+            elif kind == "SparkListenerJobStart":
                 props = event.get("Properties") or {}
-                site = props.get("callSite.short") or "?"
-                what = re.sub(r"\d+", "N", props.get("spark.job.description") or "")
-                label = f"{site} | {what}" if what and what != site else site
+                batch = props.get("streaming.sql.batchId", "?")
+                label = executions.get(props.get("spark.sql.execution.id", ""), props.get("callSite.short") or "?")
+                label = f"{'[batch]' if batch != '?' else '[beside]'} {label}"
                 starts[event["Job ID"]] = (event["Submission Time"] / 1000, label)
-                batch_of[event["Job ID"]] = props.get("streaming.sql.batchId", "?")
+                batch_of[event["Job ID"]] = batch
             elif kind == "SparkListenerJobEnd" and event["Job ID"] in starts:
                 began, label = starts.pop(event["Job ID"])
                 spans.append((began, event["Completion Time"] / 1000, label))
@@ -251,6 +283,9 @@ def main() -> int:
             "spark.pyspark.driver.python": str(wrapper),
             "spark.eventLog.enabled": "true",
             "spark.eventLog.dir": events.as_uri(),
+            # One plain file of JSON lines: Spark 4 rolls its event log into zstd parts.
+            "spark.eventLog.rolling.enabled": "false",
+            "spark.eventLog.compress": "false",
         }
         sub = ingest_submission(spec, pipeline_name="profiled", available_now=True, conf=conf)
         started = time.perf_counter()
@@ -291,7 +326,7 @@ def main() -> int:
     if jobs:
         console.print(
             f"[bold]Spark jobs[/]: {jobs['jobs']} in {jobs['wall_seconds']} s, {jobs['job_seconds']} s running"
-            " (call site | description: jobs, seconds)"
+            " (what they run: seconds, jobs)"
         )
         for label, n, sec in jobs["by_label"]:
             console.print(f"  {sec:8.2f} s  {n:4d}  {label}")
