@@ -189,7 +189,8 @@ class Started:
 
     def summary(self) -> str:
         return (
-            f"started {self.driver.pipeline}: pid {self.driver.pid}, Spark app {self.status.app_id}, "
+            f"started {self.driver.pipeline}: spark-submit pid {self.driver.pid}, Python driver pid {self.status.pid}, "
+            f"Spark app {self.status.app_id}, "
             f"{self.status.state}, log {self.driver.log}"
         )
 
@@ -279,7 +280,7 @@ def stop(pipeline: Pipeline, *, by: str, timeout: float = 120.0, grace: float = 
         return f"stopped {pipeline.name} gracefully on {held.host} in {time.monotonic() - started:.1f}s"
     group = _is_drivers(process_named(driver.pid), pipeline, driver.launched_at) if driver.pid else None
     if terminate(proc, group, timeout=timeout, grace=grace):
-        return f"stopped {pipeline.name} gracefully in {time.monotonic() - started:.1f}s (driver pid {proc.pid})"
+        return f"stopped {pipeline.name} gracefully in {time.monotonic() - started:.1f}s (Python driver pid {proc.pid})"
     return f"{pipeline.name} did not stop within {timeout:.0f}s; terminated its process group (restart resumes from the checkpoint)"
 
 

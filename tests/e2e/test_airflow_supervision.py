@@ -75,6 +75,8 @@ def test_start_backfill_kill_supervise_stall_stop(airflow, broker, spark, tmp_pa
     driver = Driver.read("lifecycle")
     assert driver is not None and driver.desired == "running"
     first_pid = driver.pid
+    # One driver, two processes: the log names each with its role.
+    assert f"spark-submit pid {first_pid}, Python driver pid {Status.read('lifecycle').pid}," in run.log
 
     live = produce(pipeline, topic, broker, 200, seed=2)
     wait_for("200 live records", lambda: committed_in(pipeline) >= 200, pipeline)
@@ -118,9 +120,10 @@ def test_start_backfill_kill_supervise_stall_stop(airflow, broker, spark, tmp_pa
         proc.send_signal(signal.SIGCONT)
 
     # Stop after the current batch; a later supervision leaves it stopped.
+    python_pid = Status.read("lifecycle").pid
     run = airflow.dags_test(dag, {"action": "stop"})
     assert run.state == "success", run.log[-4000:]
-    assert "stopped lifecycle gracefully" in run.log
+    assert "stopped lifecycle gracefully" in run.log and f"(Python driver pid {python_pid})" in run.log
     assert stream.driver_process(pipeline) is None
     assert Status.read("lifecycle").state == "stopped"
     run = airflow.dags_test(dag)  # a scheduled supervision leaves it stopped
