@@ -13,7 +13,9 @@ from rich.markup import escape
 from sluice.cli.output import JsonOut, Master, SpecArg, console, errors, load, print_json, say, warn
 
 if TYPE_CHECKING:
-    from sluice.records.validation import Report, Selection
+    from rich.table import Table
+
+    from sluice.records.validation import Outcome, Report, Selection
     from sluice.spec import Pipeline
 
 
@@ -113,29 +115,58 @@ def validate_and_show(p: Pipeline, chosen: Selection, master: str | None = None)
 
 
 def _print_validation(report: Report) -> None:
+    for table in validation_tables(report):
+        console.print(table)
+    summary = report.summary()
+    say(summary[0])
+    say(summary[-1])
+
+
+def validation_tables(report: Report) -> list[Table]:
+    """A table per date partition, titled with its row count: each expectation by the rule's
+    name (the GX expectation dimmed under it), its result (a failure is FAIL when critical,
+    warning otherwise), how many rows failed, and the evidence. Only the evidence wraps, so
+    the table fits an 80-column terminal with no value and no header cut."""
     from rich.table import Table
 
-    table = Table(
-        "partition", "expectation", "GX expectation", "severity", "result", "failed", "observed", title=report.suite
-    )
-    for o in report.outcomes:
-        result = (
-            "[green]pass[/]" if o.success else ("[bold red]FAIL[/]" if o.severity == "critical" else "[yellow]warn[/]")
-        )
-        observed = f"error: {o.error}" if o.error else o.observed or ", ".join(o.examples)
-        table.add_row(
-            o.partition,
-            o.rule,
-            o.expectation.removeprefix("expect_"),
-            o.severity,
-            result,
-            "" if o.failed is None else f"{o.failed} of {o.checked}",
-            observed if len(observed) <= 40 else observed[:39] + "…",
-        )
-    console.print(table)
-    summary = report.summary()
-    console.print(summary[0], soft_wrap=True)
-    console.print(summary[-1], soft_wrap=True)
+    rows = {p.date: p.rows for p in report.partitions}
+    dates = list(rows) + sorted({o.partition for o in report.outcomes} - rows.keys())
+    tables = []
+    for day in dates:
+        outcomes = [o for o in report.outcomes if o.partition == day]
+        if not outcomes:
+            continue
+        title = f"{report.suite}: {day}" + (f" ({rows[day]} rows)" if day in rows else "")
+        table = Table(title=escape(title))
+        table.add_column("expectation", no_wrap=True)
+        table.add_column("result", no_wrap=True)
+        table.add_column("failed", no_wrap=True)
+        table.add_column("evidence", overflow="fold", min_width=len("evidence"))
+        for o in outcomes:
+            table.add_row(
+                f"{escape(o.rule)}\n[dim]{escape(o.expectation.removeprefix('expect_'))}[/]",
+                _result(o),
+                "" if o.failed is None else f"{o.failed} of {o.checked}",
+                escape(_evidence(o)),
+            )
+        tables.append(table)
+    return tables
+
+
+def _result(o: Outcome) -> str:
+    if o.success:
+        return "[green]pass[/]"
+    return "[bold red]FAIL[/]" if o.severity == "critical" else "[yellow]warning[/]"
+
+
+def _evidence(o: Outcome) -> str:
+    """What GX saw: its error, else the observed value and the first failing values."""
+    if o.error:
+        return f"error: {o.error}"
+    parts = [] if o.observed is None else [o.observed]
+    if o.examples:
+        parts.append(", ".join(o.examples))
+    return "; ".join(parts)
 
 
 #: Columns every row has that a preview leaves out: its Kafka coordinates head each row instead.

@@ -61,15 +61,23 @@ def test_a_critical_violation_fails_the_quality_dag_and_sluice_validate(airflow,
     assert "Traceback" not in run.log.split("validation FAILED")[1], "a critical failure is a verdict, not a crash"
 
     # The same verdict from the command line, for a chosen date: exit 1 and the table.
-    result = sluice("validate", str(pipeline.spec_path), "--date", day, timeout=600)
+    result = sluice("validate", str(pipeline.spec_path), "--date", day, env={"COLUMNS": "80"}, timeout=600)
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+    # A table per partition, titled with its rows; nothing cut at 80 columns (the summary may run on).
+    assert all(len(line) <= 80 for line in result.stdout.splitlines() if "│" in line), result.stdout
+    assert "…" not in result.stdout, result.stdout
     lines = [" ".join(line.split()) for line in result.stdout.splitlines()]
-    assert any(
-        f"{day} │ one_row_per_device │ column_values_to_be_unique │ critical │ FAIL │ 4 of 42" in x for x in lines
-    )
-    assert any(
-        f"{day} │ known_firmware │ column_values_to_be_in_set │ warning │ warn │ 3 of 42 │ 9.9.9" in x for x in lines
-    )
-    assert any(f"{day} │ known_columns │ table_columns_to_match_set │ critical │ pass" in x for x in lines)
+    assert f"sluice.dq: {day} (42 rows)" in lines
+
+    def row(start: str) -> int:
+        return next(i for i, x in enumerate(lines) if x.startswith(start))
+
+    # Each expectation by its rule's name, the GX expectation on the line under it.
+    unique = row("│ one_row_per_device │ FAIL │ 4 of 42 │")
+    assert "│ column_values_to_be_unique │" in lines[unique + 1]
+    in_set = row("│ known_firmware │ warning │ 3 of 42 │ 9.9.9")
+    assert "│ column_values_to_be_in_set │" in lines[in_set + 1]
+    columns = row("│ known_columns │ pass │")
+    assert "│ table_columns_to_match_set │" in lines[columns + 1]
     reports = sorted((quality_home() / "reports" / "dq").glob("*.json"))
     assert len(reports) == 2 and [p.date for p in read_report(reports[-1]).partitions] == [day]

@@ -115,3 +115,85 @@ def test_the_audit_table_fits_80_columns_with_whole_headers() -> None:
     backfill = render([batch(0), batch(1, records_already_present=3000, records_in=0, records_out=0, rows_out=0)])
     assert all(len(line) <= 80 for line in backfill.splitlines())
     assert "already" in backfill and "present" in backfill and "3000" in backfill and "…" not in backfill
+
+
+def test_the_validation_table_fits_80_columns_and_cuts_no_value() -> None:
+    from datetime import UTC, datetime
+
+    from rich.console import Console
+
+    from sluice.cli.quality import validation_tables
+    from sluice.records.validation import Outcome, Partition, Report
+
+    error = (
+        "Error: The column 'device_firmware' in BatchData does not exist and the expectation could not be "
+        "evaluated on this batch of the table"
+    )
+    examples = ["dev-0000", "dev-0001", "2026-11-20 23:59:59.999000"]
+
+    def outcome(day: str, rule: str, expectation: str, severity: str, **result: object) -> Outcome:
+        return Outcome.model_validate(
+            {"partition": day, "rule": rule, "expectation": expectation, "severity": severity} | result
+        )
+
+    outcomes = [
+        outcome(day, "known_columns", "expect_table_columns_to_match_set", "critical", success=True, observed="9")
+        for day in ("2026-11-19", "2026-11-20")
+    ] + [
+        outcome(
+            "2026-11-20",
+            "one_row_per_device",
+            "expect_column_values_to_be_unique",
+            "critical",
+            success=False,
+            checked=42,
+            failed=4,
+            examples=examples,
+        ),
+        outcome(
+            "2026-11-20",
+            "known_firmware",
+            "expect_column_values_to_be_in_set",
+            "warning",
+            success=False,
+            checked=42,
+            failed=3,
+            examples=["9.9.9"],
+        ),
+        outcome("2026-11-19", "rows_per_day", "expect_table_row_count_to_be_between", "critical", success=True),
+        outcome(
+            "2026-11-19", "firmware_set", "expect_column_values_to_be_in_set", "warning", success=False, error=error
+        ),
+    ]
+    report = Report(
+        pipeline="dq",
+        table="dq",
+        suite="sluice.dq",
+        selection="2026-11-19..2026-11-20",
+        validated_at=datetime(2026, 11, 21, tzinfo=UTC),
+        docs="file:///tmp/index.html",
+        partitions=[
+            Partition(date="2026-11-19", rows=1000, success=True),
+            Partition(date="2026-11-20", rows=42, success=False),
+        ],
+        outcomes=outcomes,
+    )
+    console = Console(width=80, record=True, color_system=None)
+    for table in validation_tables(report):
+        console.print(table)
+    plain = console.export_text()
+
+    assert all(len(line) <= 80 for line in plain.splitlines()), plain
+    assert "…" not in plain, plain
+    for header in ("expectation", "result", "failed", "evidence"):
+        assert any(header in line.split() for line in plain.splitlines()), header
+    assert "sluice.dq: 2026-11-19 (1000 rows)" in plain and "sluice.dq: 2026-11-20 (42 rows)" in plain
+    assert "FAIL" in plain and "warning" in plain and "4 of 42" in plain and "3 of 42" in plain
+    assert "partition" not in plain  # the title names it
+    for name in ("one_row_per_device", "known_firmware", "column_values_to_be_unique", "table_row_count_to_be_between"):
+        assert name in plain
+    # The evidence wraps: the last column's lines, put back together, hold every value whole.
+    evidence = "".join(line.split("│")[-2] for line in plain.splitlines() if line.count("│") == 5)
+    evidence = "".join(evidence.split())
+    for text in [*examples, "9.9.9", error]:
+        assert "".join(text.split()) in evidence, text
