@@ -292,13 +292,16 @@ class DerivedWriter(BatchFrame):
         kept: Column = F.coalesce(F.expr(d.filter), F.lit(False)) if d.filter else F.lit(True)
         late: Column = F.lit(False)
         if d.stateful and watermark > 0:
-            late = kept & (F.expr(late_end_sql(d.time, d.late_window)) <= F.expr(f"timestamp_millis({watermark})"))
+            late = kept & (
+                F.expr(late_end_sql(d.time, d.late_window))
+                <= F.expr(eventtime.per_batch(f"timestamp_millis({watermark})"))
+            )
         return inputs.withColumn(KEPT, kept).withColumn(LATE, late)
 
     def _output(self, out: DataFrame) -> DataFrame:
         dp = self.pipeline.spec.date_partition
         source = self.d.date_source()
-        day = eventtime.date_sql(f"`{source}`" if source else "current_timestamp()", dp.timezone)
+        day = eventtime.date_sql(f"`{source}`" if source else eventtime.NOW_SQL, dp.timezone)
         cols = [c for c in out.columns if c != dp.column]
         return out.select(*[F.col(f"`{c}`") for c in cols], F.expr(day).alias(dp.column))
 
@@ -327,8 +330,8 @@ class DerivedWriter(BatchFrame):
             lineage(KAFKA_OFFSET, "bigint").alias(KAFKA_OFFSET),
             lineage(KAFKA_TIMESTAMP, "timestamp").alias(KAFKA_TIMESTAMP),
             F.expr(late_reason_sql(self.d.time, self.d.late_window, watermark)).alias("reason"),
-            F.current_timestamp().alias(INGESTED_AT),
-            F.expr(eventtime.date_sql("current_timestamp()", dp.timezone)).alias(dp.column),
+            F.expr(eventtime.NOW_SQL).alias(INGESTED_AT),
+            F.expr(eventtime.date_sql(eventtime.NOW_SQL, dp.timezone)).alias(dp.column),
         )
 
 

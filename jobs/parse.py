@@ -140,7 +140,7 @@ def flat_rows(good: DataFrame, pipeline: Pipeline) -> DataFrame:
         *[F.expr(c.expr).alias(c.name, metadata={"comment": c.comment} if c.comment else None) for c in plan.columns],
         *_lineage(),
         F.col(q.EVENT_TS).alias(flatten.EVENT_TIME),
-        F.current_timestamp().alias(flatten.INGESTED_AT),
+        F.expr(eventtime.NOW_SQL).alias(flatten.INGESTED_AT),
         F.expr(rescued_json()).alias(RESCUED),
         F.expr(eventtime.date_sql(q.EVENT_TS, dp.timezone)).alias(dp.column),
     )
@@ -178,6 +178,6 @@ def quarantine_rows(bad: DataFrame, pipeline: Pipeline) -> DataFrame:
         F.expr(q.raw_text_sql()).alias("raw_text"),
         *_lineage(),
         F.col(REASON).alias("reason"),
-        F.current_timestamp().alias(flatten.INGESTED_AT),
-        F.expr(eventtime.date_sql("current_timestamp()", dp.timezone)).alias(dp.column),
+        F.expr(eventtime.NOW_SQL).alias(flatten.INGESTED_AT),
+        F.expr(eventtime.date_sql(eventtime.NOW_SQL, dp.timezone)).alias(dp.column),
     )

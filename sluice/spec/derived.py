@@ -31,6 +31,7 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
 from sluice.spec import sqlcheck
+from sluice.spec.eventtime import per_batch
 from sluice.spec.formats import FORMATS, table_format
 from sluice.spec.model import Duration, StrictModel, duration_ms
 
@@ -227,7 +228,7 @@ def late_end_sql(time_col: str, window: Window | None) -> str:
 
 def late_reason_sql(time_col: str, window: Window | None, watermark_ms: int) -> str:
     """The quarantine reason of a late row, as SQL."""
-    wm = _iso_sql(f"timestamp_millis({watermark_ms})")
+    wm = _iso_sql(per_batch(f"timestamp_millis({watermark_ms})"))  # the same code each batch
     t = _iso_sql(f"`{time_col}`")
     if window is None:
         return f"concat('late: event time ', {t}, ' is behind the watermark ', {wm})"

@@ -98,6 +98,23 @@ def event_time_sql(expr: str, fmt: str, dtype: DataType) -> str:
     return f"try_to_timestamp({expr}, '{fmt}')"
 
 
+def per_batch(sql: str) -> str:
+    """``sql`` evaluated by Spark's interpreter rather than compiled into the batch's code.
+
+    A streaming query replaces ``current_timestamp()`` with each batch's own time as a
+    literal, and a literal is written into the generated Java: every batch's code then differs
+    from the last one's, and Spark compiles it again (about a third of a second per batch of
+    10 records; ``tests/integration/test_ingest.py::test_a_batch_shaped_like_the_last_compiles_no_code``
+    counts it). A higher-order function is not compiled, so its value reaches the code as a
+    reference and the code stays the same from batch to batch. The identity over a
+    one-element array is the smallest such wrapper; it yields ``sql``'s value and type."""
+    return f"transform(array({sql}), v -> v)[0]"
+
+
+#: The batch's own time (kept in the offset log, so a replayed batch sees the same), as above.
+NOW_SQL = per_batch("current_timestamp()")
+
+
 def date_sql(ts_expr: str, timezone: str) -> str:
     """The calendar date of a UTC timestamp as seen in ``timezone``."""
     if timezone == "UTC":
@@ -137,7 +154,7 @@ class Bound:
         own time, kept in the offset log, so a replayed batch judges every record the same."""
         if self.at is not None:
             return f"timestamp_micros({_micros(self.at)})"
-        return f"timestampadd(MICROSECOND, {round((self.seconds or 0) * 1_000_000)}, current_timestamp())"
+        return f"timestampadd(MICROSECOND, {round((self.seconds or 0) * 1_000_000)}, {NOW_SQL})"
 
     def moment(self, ingested_at: datetime) -> datetime:
         return self.at if self.at is not None else ingested_at + timedelta(seconds=self.seconds or 0)

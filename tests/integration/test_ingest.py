@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import shutil
@@ -411,6 +412,38 @@ def test_a_batch_after_a_clean_one_is_written_in_one_pass_and_after_rejects_from
     quarantined = read_without_spark("delta", pipeline.quarantine_path, ["_kafka_offset", "reason"]).to_pylist()
     assert sorted(r["_kafka_offset"] for r in quarantined) == [20, 24, 28, 32, 36]
     assert {r["reason"] for r in quarantined} == {q.MALFORMED}
+
+
+def test_a_batch_shaped_like_the_last_compiles_no_code(spark, broker, tmp_path, monkeypatch) -> None:
+    """A streaming query writes each batch's time into its plan as a literal; compiled into
+    the code, it would make Spark compile every batch afresh (see eventtime.per_batch). Six
+    clean batches of 10: after the first two (the cached path, then the one-pass path), Spark
+    compiles nothing."""
+    from jobs import micro_batch
+
+    topic = new_topic(broker, partitions=1)
+    pipeline = make_pipeline(tmp_path, topic, name="same_code", source={"max_offsets_per_trigger": 10})
+    send(broker.bootstrap, topic, synthetic(EventGenerator(pipeline, seed=43), 60))
+    # Spark's own count of the Java classes it compiled, since the session started.
+    compiled = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
+    counts: list[int] = []
+    original = micro_batch.BatchWriter.written
+
+    def spy(self, audit):
+        original(self, audit)
+        counts.append(compiled.getCount())
+
+    monkeypatch.setattr(micro_batch.BatchWriter, "written", spy)
+    # Delta writes a checkpoint at every tenth commit of a table, with code of its own.
+    interval = "spark.databricks.delta.properties.defaults.checkpointInterval"
+    spark.conf.set(interval, "100")
+    try:
+        run_available_now(spark, pipeline)
+    finally:
+        spark.conf.unset(interval)
+    assert len(counts) == 6
+    assert [b - a for a, b in itertools.pairwise(counts[1:])] == [0, 0, 0, 0], counts
+    assert audit_totals(pipeline) == {"records_in": 60, "records_out": 60, "records_quarantined": 0}
 
 
 def test_counts_a_write_did_not_observe_are_none_not_a_wait_for_ever(spark) -> None:
