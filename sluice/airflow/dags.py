@@ -94,7 +94,12 @@ def pipeline_dag(pipeline: Pipeline) -> DAG:
     s = pipeline.spec
     spec_path = str(pipeline.spec_path)
     asset = table_asset(pipeline)
-    default_args = {"owner": s.owner, "retries": 1, "retry_delay": timedelta(seconds=30)}
+    default_args = {
+        "owner": s.owner,
+        "retries": 1,
+        "retry_delay": timedelta(seconds=30),
+        "retry_policy": tasks.NO_RETRY,
+    }
     with DAG(
         dag_id=f"sluice_{pipeline.name}",
         description=summary(pipeline),
@@ -176,7 +181,12 @@ def maintenance_dag(pipeline: Pipeline) -> DAG:
         start_date=START_DATE,
         catchup=False,
         max_active_runs=1,
-        default_args={"owner": s.owner, "retries": 1, "retry_delay": timedelta(minutes=5)},
+        default_args={
+            "owner": s.owner,
+            "retries": 1,
+            "retry_delay": timedelta(minutes=5),
+            "retry_policy": tasks.NO_RETRY,
+        },
         tags=sorted({"sluice", "maintenance", s.sink.format, *s.tags}),
     ) as dag:
         PipelineOperator(
@@ -208,7 +218,12 @@ def quality_dag(pipeline: Pipeline) -> DAG:
         start_date=START_DATE,
         catchup=False,
         max_active_runs=1,
-        default_args={"owner": s.owner, "retries": 1, "retry_delay": timedelta(minutes=1)},
+        default_args={
+            "owner": s.owner,
+            "retries": 1,
+            "retry_delay": timedelta(minutes=1),
+            "retry_policy": tasks.NO_RETRY,
+        },
         params=quality_params(pipeline),
         tags=sorted({"sluice", "quality", s.sink.format, *s.tags}),
     ) as dag:
@@ -233,7 +248,12 @@ def sql_endpoint_dag() -> DAG:
         start_date=START_DATE,
         catchup=False,
         max_active_runs=1,
-        default_args={"owner": "sluice", "retries": 1, "retry_delay": timedelta(seconds=30)},
+        default_args={
+            "owner": "sluice",
+            "retries": 1,
+            "retry_delay": timedelta(seconds=30),
+            "retry_policy": tasks.NO_RETRY,
+        },
         params=endpoint_params(),
         tags=["sluice", "sql"],
     ) as dag:

@@ -15,7 +15,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import get_current_context
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+from airflow.sdk.definitions.retry_policy import ExceptionRetryPolicy, RetryAction, RetryRule
+from airflow.sdk.exceptions import AirflowSkipException
 
 from sluice.airflow import links
 from sluice.errors import AlreadyRunning, NothingToDo, SluiceError
@@ -27,6 +28,22 @@ if TYPE_CHECKING:
     from sluice.ops.stream import Started
 
 log = logging.getLogger("sluice.airflow")
+
+
+class Refused(SystemExit):
+    """Ends a task that trying again would fail the same way (a refused backfill, a bad form
+    value, a failed validation), its reason logged just before. Airflow logs a SystemExit in
+    one line, where under an AirflowFailException it logs a traceback of its own frames and
+    ours; :data:`NO_RETRY` fails the task at once instead of retrying it."""
+
+    def __init__(self) -> None:
+        super().__init__(1)
+
+
+#: Every Sluice task's retry policy (the DAGs' default_args): a refusal is not retried.
+NO_RETRY = ExceptionRetryPolicy(
+    rules=[RetryRule(exception=Refused, action=RetryAction.FAIL, reason="refused; the reason is logged above")]
+)
 
 
 @contextmanager
@@ -42,7 +59,7 @@ def as_task_state() -> Iterator[None]:
         log.error("%s", exc)
         if exc.transient:
             raise RuntimeError(str(exc)) from None  # Airflow retries it
-        raise AirflowFailException(str(exc)) from None
+        raise Refused from None
 
 
 def _who() -> str:
@@ -227,12 +244,12 @@ def validate(spec_path: str) -> dict[str, Any]:
     # For the task's Data Docs button (sluice.airflow.links), pushed before a failure ends the task.
     get_current_context()["ti"].xcom_push(key=links.XCOM_KEY, value=report.page())
     for line in report.summary():
-        log.info("%s", line)
+        (log.info if report.passed else log.error)("%s", line)
     rescued = audits.rescued(pipeline)
     if rescued is not None:
         log.warning("%s", rescued.warning(pipeline.name))
     if not report.passed:
-        raise AirflowFailException("\n".join(report.summary()))
+        raise Refused  # the summary above says why
     return {
         "passed": report.passed,
         "partitions": [part.date for part in report.partitions],

@@ -152,7 +152,7 @@ def test_an_invalid_spec_shows_up_as_a_failing_tagged_dag(airflow, tmp_path) -> 
 TARGET = """
 import json
 from sluice.airflow.target import AirflowTarget, check_provider
-from sluice.airflow.tasks import as_task_state
+from sluice.airflow.tasks import NO_RETRY, as_task_state
 from sluice.errors import AlreadyRunning, InvalidInput, JobFailed, NothingToDo, StreamUnhealthy
 from sluice.ops.submit import ingest_submission
 from sluice.ops.target import LocalTarget
@@ -168,6 +168,8 @@ for exc in (NothingToDo("n"), AlreadyRunning("a"), InvalidInput("i"), StreamUnhe
             raise exc
     except BaseException as raised:
         states[type(exc).__name__] = type(raised).__name__
+        # What the DAGs' retry policy decides for it.
+        states[type(exc).__name__] += "/" + NO_RETRY.evaluate(raised, 1, 2).action.value
 print("TARGET=" + json.dumps({"command": command, "local": local, "master": AirflowTarget().master,
                               "env": env, "states": states}))
 """
@@ -187,11 +189,12 @@ def test_the_airflow_target_builds_the_local_command_through_the_provider(airflo
     assert got["command"][-4:] == got["local"][-4:] == [got["local"][-4], "--spec", "p.yaml", "--available-now"]
     assert got["env"]["SPARK_LOCAL_IP"] == "127.0.0.1"
     assert got["states"] == {
-        "NothingToDo": "AirflowSkipException",
-        "AlreadyRunning": "AirflowSkipException",
-        "InvalidInput": "AirflowFailException",
-        "StreamUnhealthy": "AirflowFailException",
-        "JobFailed": "RuntimeError",
+        "NothingToDo": "AirflowSkipException/default",
+        "AlreadyRunning": "AirflowSkipException/default",
+        # A refusal fails at once, in one line; a transient failure is retried.
+        "InvalidInput": "Refused/fail",
+        "StreamUnhealthy": "Refused/fail",
+        "JobFailed": "RuntimeError/default",
     }
 
 

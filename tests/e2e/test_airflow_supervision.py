@@ -90,6 +90,9 @@ def test_start_backfill_kill_supervise_stall_stop(airflow, broker, spark, tmp_pa
     # its Spark job and publishes nothing.
     run = airflow.dags_test(dag, {"action": "backfill"})
     assert run.state == "failed" and "none was given" in run.log, run.log[-4000:]
+    # A refusal ends the task with its reason alone: no traceback, no retry.
+    assert "Traceback" not in run.log and "Task failed with exception" not in run.log, run.log[-4000:]
+    assert "Retry policy decision" in run.log and "action=fail" in run.log, run.log[-4000:]
     run = airflow.dags_test(dag, {"action": "backfill", "from_offset": 10**9})
     assert run.state == "success" and "nothing to backfill" in run.log, run.log[-4000:]
     assert sorted(Path(pipeline.checkpoint_path + "_backfills").iterdir()) == backfills
