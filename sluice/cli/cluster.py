@@ -37,6 +37,10 @@ def up() -> None:
 def down() -> None:
     """Stop every server of the layout; tables, topics and Airflow's database stay for the next `up`."""
     layout = _layout()
+    if not layout.recorded:  # another SLUICE_HOME: its servers, if any, are not this one's to stop
+        fail(
+            f"found no cluster layout in {layout.home}; `sluice cluster up` records one there (is SLUICE_HOME the one it ran with?)"
+        )
     layout.down(say)
     say("the cluster is down")
 

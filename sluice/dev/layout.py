@@ -113,6 +113,11 @@ class Layout:
         ports.kafka = [(int(a), int(b)) for a, b in data["ports"]["kafka"]]
         return cls(home, ports, data["secrets"], [Service(**s) for s in data["services"]])
 
+    @property
+    def recorded(self) -> bool:
+        """Whether a ``sluice cluster up`` recorded a layout in this home."""
+        return (self.home / "layout.json").exists()
+
     def save(self) -> None:
         with _RECORD:
             self.home.mkdir(parents=True, exist_ok=True)

@@ -39,6 +39,7 @@ def test_version(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[
         (["backfill", "{spec}", "--from-offset", "1", "--from-time", "2026-01-01T00:00:00Z"], 2, "not both"),
         (["validate", "{spec}", "--date", "someday"], 2, "is not 'latest'"),
         (["status", "no_such_pipeline"], 2, "no_such_pipeline"),
+        (["cluster", "down"], 2, "found no cluster layout in"),
     ],
 )
 def test_errors_are_one_line_on_stderr_with_their_exit_code(
