@@ -102,7 +102,8 @@ class BatchWriter(BatchFrame):
     def written(self, audit: BatchAudit) -> None:
         batch_id = audit.batch_id
         if self.counts is not None:
-            self.counts[batch_id] = WriterCounts(audit.records_in, 0, 0)
+            # A backfill's range holds the records it skipped as already written, too.
+            self.counts[batch_id] = WriterCounts(audit.records_in + audit.records_already_present, 0, 0)
             self.counts.pop(batch_id - KEPT_COUNTS, None)
         if audit.records_rescued:
             log.warning(

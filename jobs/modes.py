@@ -214,9 +214,16 @@ class MicroBatch(BatchMode):
         stop: threading.Event,
         fence: Fence,
     ) -> StreamingQuery:
-        counts = events.counts if backfill is None else None
+        # A backfill's counts too (its own run's, never in the event log): its run summary then
+        # counts the range's records, where Spark counts each read of them.
         return micro_batch.start(
-            spark, self.pipeline, available_now=available_now, backfill=backfill, stop=stop, counts=counts, fence=fence
+            spark,
+            self.pipeline,
+            available_now=available_now,
+            backfill=backfill,
+            stop=stop,
+            counts=events.counts,
+            fence=fence,
         )
 
     def before(
