@@ -26,7 +26,7 @@ def sluice(*args: str, env: dict[str, str] | None = None, timeout: float = 300) 
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=os.environ | {"COLUMNS": "200"} | (env or {}),
+        env=os.environ | {"COLUMNS": "80"} | (env or {}),  # a terminal as it comes
     )
 
 
