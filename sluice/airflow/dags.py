@@ -41,6 +41,12 @@ START_DATE = datetime(2026, 1, 1)
 RUN_TYPES = ["manual", "scheduled", "asset_triggered", "operator_triggered", "asset_materialization"]
 
 
+def _retried_once(owner: str, delay: timedelta) -> dict[str, Any]:
+    """Default arguments of a Sluice task: a transient failure is retried once after ``delay``;
+    a refusal (:class:`tasks.Refused`) is not retried at all."""
+    return {"owner": owner, "retries": 1, "retry_delay": delay, "retry_policy": tasks.NO_RETRY}
+
+
 def table_asset(pipeline: Pipeline) -> Asset:
     path = pipeline.sink_path
     return Asset(name=f"sluice.{pipeline.name}", uri=path if "://" in path else f"file://{path}", group="sluice")
@@ -94,12 +100,7 @@ def pipeline_dag(pipeline: Pipeline) -> DAG:
     s = pipeline.spec
     spec_path = str(pipeline.spec_path)
     asset = table_asset(pipeline)
-    default_args = {
-        "owner": s.owner,
-        "retries": 1,
-        "retry_delay": timedelta(seconds=30),
-        "retry_policy": tasks.NO_RETRY,
-    }
+    default_args = _retried_once(s.owner, timedelta(seconds=30))
     with DAG(
         dag_id=f"sluice_{pipeline.name}",
         description=summary(pipeline),
@@ -181,12 +182,7 @@ def maintenance_dag(pipeline: Pipeline) -> DAG:
         start_date=START_DATE,
         catchup=False,
         max_active_runs=1,
-        default_args={
-            "owner": s.owner,
-            "retries": 1,
-            "retry_delay": timedelta(minutes=5),
-            "retry_policy": tasks.NO_RETRY,
-        },
+        default_args=_retried_once(s.owner, timedelta(minutes=5)),
         tags=sorted({"sluice", "maintenance", s.sink.format, *s.tags}),
     ) as dag:
         PipelineOperator(
@@ -218,12 +214,7 @@ def quality_dag(pipeline: Pipeline) -> DAG:
         start_date=START_DATE,
         catchup=False,
         max_active_runs=1,
-        default_args={
-            "owner": s.owner,
-            "retries": 1,
-            "retry_delay": timedelta(minutes=1),
-            "retry_policy": tasks.NO_RETRY,
-        },
+        default_args=_retried_once(s.owner, timedelta(minutes=1)),
         params=quality_params(pipeline),
         tags=sorted({"sluice", "quality", s.sink.format, *s.tags}),
     ) as dag:
@@ -248,12 +239,7 @@ def sql_endpoint_dag() -> DAG:
         start_date=START_DATE,
         catchup=False,
         max_active_runs=1,
-        default_args={
-            "owner": "sluice",
-            "retries": 1,
-            "retry_delay": timedelta(seconds=30),
-            "retry_policy": tasks.NO_RETRY,
-        },
+        default_args=_retried_once("sluice", timedelta(seconds=30)),
         params=endpoint_params(),
         tags=["sluice", "sql"],
     ) as dag:
