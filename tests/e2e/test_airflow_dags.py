@@ -50,6 +50,14 @@ def dagbag(airflow, **env) -> dict:
     return json.loads(line.removeprefix("DAGBAG="))
 
 
+def typed_then_enter(schema: dict, typed: str) -> str | None:
+    """What Airflow's list field takes when a user types into it and presses Enter: the first
+    option whose label holds the text, ignoring case (its FieldDropdown)."""
+    shown = schema.get("values_display", {})
+    labels = [(v, shown.get("null" if v is None else str(v), str(v))) for v in schema["enum"]]
+    return next(v for v, label in labels if typed.lower() in label.lower())
+
+
 def test_every_shipped_spec_yields_its_dags(airflow, tmp_path) -> None:
     # A DAG processor on a host without the Spark runtime parses them too: no jars, no SPARK_HOME.
     no_jars = tmp_path / "no-jars"
@@ -108,7 +116,11 @@ def test_every_shipped_spec_yields_its_dags(airflow, tmp_path) -> None:
         # The bound is nested: the form's number field clamps to a top-level minimum (-5 became 0).
         assert form["from_offset"]["allOf"] == [{"minimum": 0}] and "minimum" not in form["from_offset"]
         assert form["from_time"]["format"] == "date-time"
-        assert None in form["processing_time"]["enum"] and "1 minute" in form["processing_time"]["enum"]
+        intervals = form["processing_time"]
+        assert intervals["enum"][-1] is None and "1 minute" in intervals["enum"]
+        for offered in intervals["enum"][:-1]:  # "5 sec" + Enter takes 5 seconds, whatever the spec's
+            number, unit = offered.split()
+            assert typed_then_enter(intervals, f"{number} {unit[:3]}") == offered, (p.name, offered)
         if p.spec.expectations.declared:
             quality = bag["dags"][f"sluice_{p.name}_quality"]
             assert {"sluice", "quality", p.spec.sink.format} <= set(quality["tags"])
