@@ -105,6 +105,11 @@ VENDOR = "static/vendor"
 #: tabs and popovers did nothing. ``integrity`` goes with it: it was the CDN's promise.
 _VENDOR_TAG = re.compile(r"<(?:script|link)\b[^>]*" + re.escape(VENDOR) + r"[^>]*>")
 _CORS_ATTRIBUTES = re.compile(r'\s+(?:crossorigin|integrity)(?:="[^"]*")?')
+#: GX's favicon link counts a validation page's folders one short (its run name adds one).
+_FAVICON = re.compile(r'href="(?:\./|(?:\.\./)*)static/images/favicon\.ico"')
+#: GX's newsletter footer, and its credit that links to its site: the internet, not the data.
+_FOOTER = re.compile(r"\s*<footer>\s*<p>Stay current on everything GX.*?</footer>", re.S)
+_GX_CREDIT = re.compile(r'<a href="https://greatexpectations\.io">(Great Expectations)</a>')
 
 
 def local_path(package: str, version: str, file: str) -> str:
@@ -148,7 +153,8 @@ def fetch(dest: Path) -> None:
 
 
 def localize(site: Path, assets: Path) -> int:
-    """Copy the assets into ``site`` and point every page at them; the pages rewritten."""
+    """Copy the assets into ``site`` and point every page at them (and at its own favicon,
+    without GX's links to its site); the pages rewritten."""
     if not assets.is_dir():
         raise FileNotFoundError(f"no Data Docs assets in {assets}: run `make setup`")
     vendor = site / VENDOR
@@ -171,6 +177,9 @@ def localize(site: Path, assets: Path) -> int:
             return f'"{os.path.relpath(image, page.parent)}"' if image.is_file() else m.group(0)
 
         new = GX_IMAGES.sub(local_image, new)
+        favicon = os.path.relpath(site / "static" / "images" / "favicon.ico", page.parent)
+        new = _FAVICON.sub(f'href="{favicon}"', new)
+        new = _GX_CREDIT.sub(r"\1", _FOOTER.sub("", new))
         new = _VENDOR_TAG.sub(lambda m: _CORS_ATTRIBUTES.sub("", m.group(0)), new)
         if new != text:
             page.write_text(new, encoding="utf-8")

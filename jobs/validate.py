@@ -19,12 +19,12 @@ import time
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs import offline_docs
+from jobs import docs_verdict, offline_docs
 from jobs.sinks import read_table, table_exists
 from sluice.errors import SluiceError
 from sluice.records.validation import (
@@ -78,10 +78,13 @@ def context(root: Path) -> Any:
         ProgressBarsConfig,
     )
 
+    stores = FilesystemStoreBackendDefaults(root_directory=str(root))
+    # Its "how to" buttons link to GX's tutorials, which a user of Sluice's pages has no use for.
+    stores.data_docs_sites[stores.data_docs_site_name]["show_how_to_buttons"] = False
     return gx.get_context(
         mode="ephemeral",
         project_config=DataContextConfig(
-            store_backend_defaults=FilesystemStoreBackendDefaults(root_directory=str(root)),
+            store_backend_defaults=stores,
             progress_bars=ProgressBarsConfig(globally=False),
             analytics_enabled=False,
         ),
@@ -138,6 +141,19 @@ def outcome(partition: str, rows: int, result: Any) -> Outcome:
     )
 
 
+def publish(ctx: Any, key: Any, validation: Any, asset: str, passed: bool, index: bool) -> str:
+    """Store one result with Sluice's verdict, build its Data Docs page (and the index if
+    asked), and mark its failed warnings there; the page's URL."""
+    validation.success = passed
+    # A dataframe's batch has no asset name of its own: the page said "Data asset: None".
+    validation.meta.setdefault("batch_spec", {})["data_asset_name"] = asset
+    ctx.validation_results_store.set(key, validation)
+    ctx.build_data_docs(resource_identifiers=[key, key.expectation_suite_identifier], build_index=index)
+    page = str(ctx.get_docs_sites_urls(resource_identifier=key)[0]["site_url"])
+    docs_verdict.mark_warnings(Path(unquote(urlparse(page).path)), validation.results)
+    return page
+
+
 def validate(spark: SparkSession, pipeline: Pipeline, selection: Selection, now: datetime | None = None) -> Report:
     """Validate each selected date partition as its own batch; results go to the GX stores."""
     from great_expectations.core.run_identifier import RunIdentifier
@@ -175,12 +191,8 @@ def validate(spark: SparkSession, pipeline: Pipeline, selection: Selection, now:
         # GX fails a run on any failed expectation; Sluice (and so Airflow) only on a critical
         # one. The stored result says Sluice's verdict, so the Data Docs agree with the task.
         passed = not any(not o.success and o.severity == "critical" for o in found)
-        if validation.success != passed:
-            validation.success = passed
-            ctx.validation_results_store.set(key, validation)
         # The index once, after the last partition: it reads every stored result.
-        ctx.build_data_docs(resource_identifiers=[key, key.expectation_suite_identifier], build_index=day == dates[-1])
-        page = ctx.get_docs_sites_urls(resource_identifier=key)[0]["site_url"]
+        page = publish(ctx, key, validation, pipeline.name, passed, index=day == dates[-1])
         parts.append(Partition(date=day.isoformat(), rows=rows, success=passed, docs=page))
         failed = [o for o in found if not o.success]
         log.info(

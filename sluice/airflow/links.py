@@ -9,6 +9,7 @@ served by Sluice's Airflow plugin (:mod:`sluice.airflow.plugin`), behind Airflow
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote, urlencode
 
 from airflow.sdk import BaseOperatorLink
 
@@ -27,7 +28,12 @@ class DataDocsLink(BaseOperatorLink):
         from airflow.sdk.execution_time.xcom import XCom
 
         page = XCom.get_value(ti_key=ti_key, key=XCOM_KEY)
-        return f"{URL_PREFIX}/{page}" if page else ""
+        if not page:
+            return ""
+        # The page links back to this task (sluice.airflow.plugin.way_back).
+        parts = ("dags", ti_key.dag_id, "runs", ti_key.run_id, "tasks", ti_key.task_id)
+        task = "/" + "/".join(quote(str(p), safe="") for p in parts)
+        return f"{URL_PREFIX}/{page}?{urlencode({'back': task})}"
 
 
 class ValidateOperator(PipelineOperator):
