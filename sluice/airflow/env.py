@@ -1,7 +1,7 @@
 """The environment Airflow runs in: its own virtualenv, this project's DAGs and the Spark runtime.
 
 ``sluice airflow ...`` (run from the Spark runtime) execs ``.venv-airflow/bin/airflow`` with
-these variables, so the scheduler's tasks find ``spark-submit``, the Spark runtime's
+these variables (``standalone`` runs as its child: :func:`run_standalone`), so the scheduler's tasks find ``spark-submit``, the Spark runtime's
 Python and the jars, and ``dags/`` is the DAG folder. SQLite and ``$SLUICE_HOME/airflow``
 hold Airflow's state for the embedded default.
 
@@ -12,9 +12,13 @@ an ``AIRFLOW_CONN_SLUICE_SPARK`` variable, which Airflow reads before its databa
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 from sluice import config
@@ -94,3 +98,51 @@ def airflow_binary() -> Path:
     if not binary.exists():
         raise FileNotFoundError(f"{binary} not found: run `make setup` (it installs Airflow in its own venv)")
     return binary
+
+
+def run_standalone(binary: Path, args: list[str], env: dict[str, str], grace: float = 60.0) -> int:
+    """``airflow standalone`` as a child that a SIGTERM stops whole; its exit code.
+
+    Airflow's standalone stops its components only on Ctrl-C (SIGINT): on SIGTERM (``kill``,
+    systemd, ``docker stop``) it died alone and left its scheduler, DAG processor, API server
+    and triggerer running, with their workers. Here SIGTERM, SIGINT and SIGHUP become one
+    SIGINT to it; whatever of its process group outlives it, or the grace period, is killed.
+    The streams its tasks started run in their own sessions and are not touched.
+    """
+    proc = subprocess.Popen([str(binary), *args], env=env, start_new_session=True)
+    asked: list[float] = []
+
+    def stop(_signum: int, _frame: object) -> None:
+        if not asked:
+            asked.append(time.monotonic())
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGINT)
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, stop)
+    while True:
+        try:
+            code = proc.wait(timeout=1.0)
+            break
+        except subprocess.TimeoutExpired:
+            if asked and time.monotonic() - asked[0] > grace:
+                _end_group(proc.pid, signal.SIGKILL)
+    _end_group(proc.pid, signal.SIGTERM)  # a worker its component left behind
+    deadline = time.monotonic() + 10
+    while _group_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    _end_group(proc.pid, signal.SIGKILL)
+    return 0 if asked and code in (0, -signal.SIGINT) else code
+
+
+def _end_group(pgid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True

@@ -61,7 +61,7 @@ def _main(
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True}, add_help_option=False)
 def airflow(ctx: typer.Context) -> None:
     """Run Airflow (its own venv) with Sluice's DAGs and Spark runtime, e.g. `sluice airflow standalone`."""
-    from sluice.airflow.env import airflow_binary, airflow_env
+    from sluice.airflow.env import airflow_binary, airflow_env, run_standalone
 
     try:
         binary = airflow_binary()
@@ -69,6 +69,8 @@ def airflow(ctx: typer.Context) -> None:
         fail(str(exc))
     env = os.environ | airflow_env()
     Path(env["AIRFLOW_HOME"]).mkdir(parents=True, exist_ok=True)
+    if ctx.args[:1] == ["standalone"]:  # a SIGTERM must stop its components too
+        sys.exit(run_standalone(binary, ctx.args, env))
     os.execve(binary, [str(binary), *ctx.args], env)  # noqa: S606 - becomes the airflow process
 
 
