@@ -4,11 +4,13 @@ in Chromium, checked in the tables."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
 import signal
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -16,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import quote, urlencode, urljoin, urlparse
 
 import pytest
 from playwright.sync_api import expect
@@ -72,11 +74,45 @@ class Api:
         return self.wait(what, ended, timeout, log)
 
 
+def airflow_processes(port: int) -> list[str]:
+    """Airflow's processes (its venv's) serving on ``port``, by their environment: whatever
+    their parents, sessions or process groups."""
+    left = []
+    for proc in Path("/proc").iterdir():
+        try:
+            env = (proc / "environ").read_bytes().split(b"\0")
+            cmd = (proc / "cmdline").read_bytes()
+        except OSError:  # ended meanwhile, or not ours
+            continue
+        if f"AIRFLOW__API__PORT={port}".encode() in env and b".venv-airflow" in cmd:
+            words = cmd.replace(b"\0", b" ").decode(errors="replace")
+            left.append(f"{proc.name}: {words[:120]}")
+    return left
+
+
 @dataclass
 class Server:
     api: Api
     url: str
     log: Path
+    proc: subprocess.Popen[bytes]
+    port: int
+
+    def stop(self) -> list[str]:
+        """SIGTERM to `sluice airflow standalone`, as `kill` or systemd sends it; what of Airflow
+        was left running (then killed)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(120)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        left = airflow_processes(self.port)
+        for line in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(line.split(":")[0]), signal.SIGKILL)
+        return left
 
 
 @pytest.fixture(scope="module")
@@ -99,26 +135,23 @@ def server(airflow, broker, tmp_path_factory) -> Iterator[Server]:
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
         }
     )
+    sluice = str(Path(sys.executable).with_name("sluice"))  # as users start it, and stop it
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [airflow.binary, "standalone"], env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            [sluice, "airflow", "standalone"], env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
     url = f"http://127.0.0.1:{port}"
     api = Api(url)
+    server = Server(api, url, log, proc, port)
     try:
         api.wait("the API server", lambda: api.call("GET", "/api/v2/monitor/health")[0] == 200, 240, log)
         status, body = api.call("POST", "/auth/token", {"username": "admin", "password": "s3cret"})
         assert status in (200, 201), body
         api.token = body["access_token"]
         assert api.call("POST", "/auth/token", {"username": "admin", "password": "wrong"})[0] == 401
-        yield Server(api, url, log)
+        yield server
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        server.stop()
 
 
 # The form's refusals and a start right after unpausing are in test_the_trigger_form_in_chromium;
@@ -227,16 +260,22 @@ class Form:
 
 def test_the_trigger_form_in_chromium(airflow, server, broker, spark) -> None:
     """A user in the browser: start right after unpausing (not skipped), stop, an interval that
-    is not offered, a negative offset and a reversed range (each refused, saying why)."""
+    is not offered, a negative offset and a reversed range (each refused, saying why); then the
+    Data Docs of a validation with a failed warning, logged in and out."""
     topic = new_topic(broker, partitions=2)
     # The default schedule: unpausing queues a run. Its quality DAG runs only when triggered.
     pipeline = make_pipeline(
         airflow.pipelines,
         topic,
         name="uiform",
+        # "5 sec" typed into the interval list once took "as the spec says (15 seconds)".
+        trigger={"processing_time": "15 seconds"},
         expectations={
             "rows": {"battery_percent": {"column": "battery", "in_range": {"min": 0, "max": 100}}},
-            "table": {"some_rows": {"row_count": {"min": 1}}},
+            "table": {
+                "some_rows": {"row_count": {"min": 1}},
+                "a_million_rows": {"row_count": {"min": 1_000_000}, "severity": "warning"},
+            },
             "validation": {"schedule": None},
         },
     )
@@ -331,6 +370,11 @@ def test_the_trigger_form_in_chromium(airflow, server, broker, spark) -> None:
         reversed_ = run(form)
         assert (reversed_["run"], reversed_["plan_backfill"]) == ("failed", "failed"), reversed_
         assert any("the range is empty" in e for e in errors(reversed_["id"], "plan_backfill")), reversed_
+        # Where the user reads it: the task's log page says why, with no traceback under it.
+        page.goto(f"{server.url}/dags/{dag}/runs/{quote(reversed_['id'], safe='')}/tasks/plan_backfill")
+        expect(page.get_by_text("the range is empty").first).to_be_visible(timeout=60_000)
+        shown = page.inner_text("body")
+        assert "Traceback" not in shown and "Task failed with exception" not in shown, shown[-2000:]
         assert read_table_count(spark, pipeline.sink_path) == 100  # the refused backfills wrote nothing
 
         # The quality DAG's validate task opens its Data Docs, served by Airflow behind its login.
@@ -347,7 +391,8 @@ def test_the_trigger_form_in_chromium(airflow, server, broker, spark) -> None:
         button = page.get_by_role("link", name="Data Docs")
         expect(button).to_be_visible(timeout=60_000)
         href = button.get_attribute("href") or ""
-        assert href == links["extra_links"]["Data Docs"] and href.endswith(".html"), href
+        assert href == links["extra_links"]["Data Docs"] and urlparse(href).path.endswith(".html"), href
+        task_page = f"/dags/{dag}_quality/runs/{quote(checked['dag_run_id'], safe='')}/tasks/validate"
         failed: list[str] = []
         offline = page.context.new_page()  # the same login; every request but Airflow's own refused
         offline.on("requestfailed", lambda r: failed.append(r.url))
@@ -355,16 +400,37 @@ def test_the_trigger_form_in_chromium(airflow, server, broker, spark) -> None:
         offline.goto(server.url + href)
         offline.wait_for_load_state("load")
         text = " ".join(offline.inner_text("body").split())
-        assert "sluice.uiform" in text and "Status: Succeeded" in text, text[:500]
+        assert "sluice.uiform" in text and "Status: Succeeded" in text and "Data asset: uiform" in text, text[:500]
         assert not failed, failed
+        # The failed warning reads as one, beside the passed rules; the way back is the task's page.
+        expect(offline.locator("i.fa-exclamation-circle.text-warning")).to_have_count(1)
+        assert " warning" in text and offline.locator("i.fa-times.text-danger").count() == 0
+        back = offline.get_by_role("link", name="Back to the task in Airflow")
+        assert back.get_attribute("href") == task_page
+        favicon = offline.get_attribute('link[rel="shortcut icon"]', "href") or ""
+        assert offline.request.get(urljoin(offline.url, favicon)).ok, favicon
         assert offline.evaluate(
             "typeof jQuery === 'function' && typeof jQuery.fn.tab === 'function'"
             " && typeof jQuery.fn.bootstrapTable === 'function'"
         )
         for link in offline.eval_on_selector_all("a[href]", "as => as.map(a => a.href)"):
+            assert "greatexpectations.io" not in link, link  # no newsletter, tutorials or credit link
             if link.startswith(f"{server.url}/sluice-docs/"):
                 assert offline.request.get(link).ok, link  # every page of the site it links to is served
+        back.click()
+        offline.wait_for_url(lambda u: "/tasks/validate" in u and "/sluice-docs/" not in u)
+        for elsewhere in ("//evil.example/x", "/\t/evil.example", "/\\evil.example", "https://evil.example"):
+            offline.goto(f"{server.url}{urlparse(href).path}?{urlencode({'back': elsewhere})}")
+            assert offline.get_by_role("link", name="Back to Airflow").get_attribute("href") == "/", elsewhere
         offline.close()
+        # Logged out, the button's page sends the browser to Airflow's login, and back after it.
+        stranger = browser.new_context().new_page()
+        stranger.goto(server.url + href)
+        stranger.get_by_label("Username").fill("admin")
+        stranger.get_by_label("Password").fill("s3cret")
+        stranger.get_by_role("button", name="Sign in").click()
+        stranger.wait_for_url(lambda u: "/sluice-docs/" in u, timeout=60_000)
+        assert "sluice.uiform" in stranger.inner_text("body")
     # Only the site's own files, even logged in: sent as typed (browsers would resolve the dots).
     conn = http.client.HTTPConnection(urlparse(server.url).netloc, timeout=30)
     conn.request("GET", "/sluice-docs/%2e%2e/%2e%2e/reports/", headers={"Authorization": f"Bearer {api.token}"})
@@ -375,3 +441,13 @@ def test_the_trigger_form_in_chromium(airflow, server, broker, spark) -> None:
     with pytest.raises(urllib.error.HTTPError) as refused_page:
         urllib.request.urlopen(server.url + href, timeout=30)
     assert refused_page.value.code in (401, 403)
+
+
+def test_a_sigterm_stops_standalone_airflow_whole(server) -> None:
+    """Last in this module, for it stops the shared server: SIGTERM to `sluice airflow
+    standalone` ends every Airflow process (Airflow's standalone alone left 8 running)."""
+    started = time.monotonic()
+    left = server.stop()
+    took = time.monotonic() - started
+    assert (server.proc.returncode, left) == (0, []), f"after {took:.0f}s: {left}"
+    print(f"\nsluice airflow standalone stopped whole in {took:.1f}s")
