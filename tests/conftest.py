@@ -9,7 +9,7 @@ import pytest
 
 from sluice import config
 
-pytest_plugins = ["tests.fixtures"]
+pytest_plugins = ["tests.fixtures", "tests.timing"]
 
 ROOT = config.PROJECT_ROOT
 #: Real public event samples; CI has them beside the clone, a user's clone may not.
