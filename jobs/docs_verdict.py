@@ -15,7 +15,6 @@ and fails when that layout changes.
 
 from __future__ import annotations
 
-import html
 import itertools
 import re
 from pathlib import Path
@@ -35,11 +34,21 @@ WARNING_MARK = (
 
 
 def _section_of(result: Any) -> str:
-    kwargs = result.expectation_config.kwargs
+    kwargs = result.expectation_config.kwargs if result.expectation_config else {}
     return str(kwargs["column"]) if "column" in kwargs else TABLE_LEVEL
 
 
-def _is_failed_warning(result: Any) -> bool:
+def _raised(result: Any) -> bool:
+    info = result.exception_info or {}
+    if "raised_exception" in info:
+        return bool(info["raised_exception"])
+    return any(isinstance(v, dict) and v.get("raised_exception") for v in info.values())  # one per metric
+
+
+def is_failed_warning(result: Any) -> bool:
+    """A warning that failed on the data; one that raised an error keeps GX's own triangle."""
+    if result.expectation_config is None or _raised(result):
+        return False
     severity = result.expectation_config.severity
     return not result.success and getattr(severity, "value", str(severity)) == "warning"
 
@@ -50,7 +59,7 @@ def mark_warnings(page: Path, results: list[Any]) -> int:
     text = page.read_text(encoding="utf-8")
     wanted: dict[str, list[bool]] = {}
     for r in results:
-        wanted.setdefault(_section_of(r), []).append(_is_failed_warning(r))
+        wanted.setdefault(_section_of(r), []).append(is_failed_warning(r))
     if not any(any(flags) for flags in wanted.values()):
         return 0
     starts = [m.start() for m in _SECTION.finditer(text)] + [len(text)]
@@ -58,14 +67,16 @@ def mark_warnings(page: Path, results: list[Any]) -> int:
     for begin, end in itertools.pairwise(starts):
         section = text[begin:end]
         heading = _HEADING.search(section)
-        name = html.unescape(heading.group(1)) if heading else None
+        # GX writes a column's name into its heading as it is (a name it would change, such as
+        # one with "$", finds no section here, and the page stays as GX wrote it).
+        name = heading.group(1) if heading else None
         if name in wanted:
             statuses = list(_STATUS.finditer(section))
             if len(statuses) != len(wanted[name]):
                 return 0  # not the layout this reads: leave GX's page as it is
             seen.add(name)
             for status, flag in reversed(list(zip(statuses, wanted[name], strict=True))):
-                if flag:
+                if flag and "fa-times" in status.group(0):  # one that raised keeps GX's triangle
                     section = section[: status.start()] + WARNING_MARK + section[status.end() :]
                     marked += 1
         pieces.append(section)

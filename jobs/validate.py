@@ -150,7 +150,14 @@ def publish(ctx: Any, key: Any, validation: Any, asset: str, passed: bool, index
     ctx.validation_results_store.set(key, validation)
     ctx.build_data_docs(resource_identifiers=[key, key.expectation_suite_identifier], build_index=index)
     page = str(ctx.get_docs_sites_urls(resource_identifier=key)[0]["site_url"])
-    docs_verdict.mark_warnings(Path(unquote(urlparse(page).path)), validation.results)
+    warnings = sum(docs_verdict.is_failed_warning(r) for r in validation.results)
+    try:  # the verdict stands without the marks, as it does without the pages' own assets
+        marked = docs_verdict.mark_warnings(Path(unquote(urlparse(page).path)), validation.results)
+    except OSError as exc:
+        log.warning("Data Docs: failed warnings not marked on %s: %s", page, exc)
+    else:
+        if marked != warnings:  # e.g. a GX whose pages are laid out otherwise
+            log.warning("Data Docs: %d of %d failed warnings marked on %s", marked, warnings, page)
     return page
 
 

@@ -1,8 +1,9 @@
 """The environment Airflow runs in: its own virtualenv, this project's DAGs and the Spark runtime.
 
 ``sluice airflow ...`` (run from the Spark runtime) execs ``.venv-airflow/bin/airflow`` with
-these variables (``standalone`` runs as its child: :func:`run_standalone`), so the scheduler's tasks find ``spark-submit``, the Spark runtime's
-Python and the jars, and ``dags/`` is the DAG folder. SQLite and ``$SLUICE_HOME/airflow``
+these variables (``standalone`` runs as its child: :func:`run_standalone`), so the
+scheduler's tasks find ``spark-submit``, the Spark runtime's Python and the jars, and
+``dags/`` is the DAG folder. SQLite and ``$SLUICE_HOME/airflow``
 hold Airflow's state for the embedded default.
 
 The Spark connection (``sluice_spark``) picks the deploy target: ``local[2]`` by default,
@@ -109,17 +110,21 @@ def run_standalone(binary: Path, args: list[str], env: dict[str, str], grace: fl
     SIGINT to it; whatever of its process group outlives it, or the grace period, is killed.
     The streams its tasks started run in their own sessions and are not touched.
     """
-    proc = subprocess.Popen([str(binary), *args], env=env, start_new_session=True)
     asked: list[float] = []
+    proc: subprocess.Popen[bytes] | None = None
 
     def stop(_signum: int, _frame: object) -> None:
         if not asked:
             asked.append(time.monotonic())
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, signal.SIGINT)
+            if proc is not None:
+                proc.send_signal(signal.SIGINT)  # not once it has been reaped
 
+    # Before the child exists: a SIGTERM meanwhile would end this process and orphan it.
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, stop)
+    proc = subprocess.Popen([str(binary), *args], env=env, start_new_session=True)
+    if asked:  # it came before the child did
+        proc.send_signal(signal.SIGINT)
     while True:
         try:
             code = proc.wait(timeout=1.0)
@@ -132,7 +137,9 @@ def run_standalone(binary: Path, args: list[str], env: dict[str, str], grace: fl
     while _group_alive(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.2)
     _end_group(proc.pid, signal.SIGKILL)
-    return 0 if asked and code in (0, -signal.SIGINT) else code
+    if asked and code in (0, -signal.SIGINT):
+        return 0
+    return 128 - code if code < 0 else code  # killed by a signal: the shell's way of saying so
 
 
 def _end_group(pgid: int, signum: int) -> None:

@@ -13,7 +13,7 @@ from sluice.spec.model import duration_ms
 ACTIONS = ["supervise", "start", "stop", "restart", "backfill"]
 #: The micro-batch intervals the form offers (a list cannot be mistyped; the spec takes any).
 INTERVALS = [
-    "500 ms",
+    "500 milliseconds",
     "1 second",
     "5 seconds",
     "10 seconds",
@@ -157,7 +157,7 @@ def interval_options(default_interval: str) -> list[str | None]:
     """The interval list, shortest first, the spec's own among them. Airflow's list keeps the
     options whose label holds what was typed and Enter takes the first, so "as the spec says
     (15 seconds)" comes last: first, it caught "5 sec" and the run took 15 seconds."""
-    return [*sorted(set(INTERVALS) | {default_interval}, key=duration_ms), None]
+    return [*sorted(dict.fromkeys([*INTERVALS, default_interval]), key=duration_ms), None]
 
 
 def launch_options(pipeline: Pipeline, params: dict[str, Any]) -> dict[str, Any]:
