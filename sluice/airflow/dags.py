@@ -22,7 +22,7 @@ is never imported.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,7 @@ from sluice.airflow.links import ValidateOperator
 from sluice.spec import Continuous, Pipeline, SpecError, load_all
 from sluice.spec.continuous import ENGINES
 
-START_DATE = datetime(2026, 1, 1)
+START_DATE = datetime(2026, 1, 1, tzinfo=UTC)
 #: The run types a stream's DAG allows (Airflow 3's DagRunType values, without "backfill").
 RUN_TYPES = ["manual", "scheduled", "asset_triggered", "operator_triggered", "asset_materialization"]
 
@@ -45,6 +45,12 @@ def _retried_once(owner: str, delay: timedelta) -> dict[str, Any]:
     """Default arguments of a Sluice task: a transient failure is retried once after ``delay``;
     a refusal (:class:`tasks.Refused`) is not retried at all."""
     return {"owner": owner, "retries": 1, "retry_delay": delay, "retry_policy": tasks.NO_RETRY}
+
+
+def sluice_dag(dag_id: str, *, tags: Any, **settings: Any) -> DAG:
+    """A DAG as every Sluice DAG is: from one start date, no runs for past dates, one run at a
+    time, its tags sorted; the rest is each DAG's own."""
+    return DAG(dag_id=dag_id, start_date=START_DATE, catchup=False, max_active_runs=1, tags=sorted(tags), **settings)
 
 
 def table_asset(pipeline: Pipeline) -> Asset:
@@ -101,22 +107,17 @@ def pipeline_dag(pipeline: Pipeline) -> DAG:
     spec_path = str(pipeline.spec_path)
     asset = table_asset(pipeline)
     default_args = _retried_once(s.owner, timedelta(seconds=30))
-    with DAG(
-        dag_id=f"sluice_{pipeline.name}",
+    with sluice_dag(
+        f"sluice_{pipeline.name}",
         description=summary(pipeline),
         doc_md=_doc(pipeline),
         schedule=schedule(pipeline),
-        start_date=START_DATE,
-        catchup=False,
-        max_active_runs=1,
         # Every run type but Airflow's own backfill (a run per past date), which means nothing to
         # a stream; the form's action=backfill re-reads Kafka offsets or times instead.
         allowed_run_types=RUN_TYPES,
         default_args=default_args,
         params=params(pipeline),
-        tags=sorted(
-            {"sluice", "stream", s.sink.format, *s.tags} | ({"continuous"} if s.mode == "continuous" else set())
-        ),
+        tags={"sluice", "stream", s.sink.format, *s.tags} | ({"continuous"} if s.mode == "continuous" else set()),
         render_template_as_native_obj=False,
     ) as dag:
 
@@ -168,8 +169,8 @@ def pipeline_dag(pipeline: Pipeline) -> DAG:
 
 def maintenance_dag(pipeline: Pipeline) -> DAG:
     s, spec_path = pipeline.spec, str(pipeline.spec_path)
-    with DAG(
-        dag_id=f"sluice_{pipeline.name}_maintenance",
+    with sluice_dag(
+        f"sluice_{pipeline.name}_maintenance",
         description=f"OPTIMIZE the last {s.maintenance.optimize_days} days and VACUUM the {pipeline.name} "
         f"{s.sink.format} tables",
         doc_md=(
@@ -179,11 +180,8 @@ def maintenance_dag(pipeline: Pipeline) -> DAG:
             f"{s.maintenance.vacuum_retain_hours} hours references (`VACUUM ... RETAIN ... HOURS`)."
         ),
         schedule=s.maintenance.schedule,
-        start_date=START_DATE,
-        catchup=False,
-        max_active_runs=1,
         default_args=_retried_once(s.owner, timedelta(minutes=5)),
-        tags=sorted({"sluice", "maintenance", s.sink.format, *s.tags}),
+        tags={"sluice", "maintenance", s.sink.format, *s.tags},
     ) as dag:
         PipelineOperator(
             task_id="optimize_and_vacuum",
@@ -198,8 +196,8 @@ def quality_dag(pipeline: Pipeline) -> DAG:
     s, spec_path = pipeline.spec, str(pipeline.spec_path)
     when = s.expectations.validation.schedule
     schedule: Any = [table_asset(pipeline)] if when == "table_updated" else when
-    with DAG(
-        dag_id=f"sluice_{pipeline.name}_quality",
+    with sluice_dag(
+        f"sluice_{pipeline.name}_quality",
         description=f"Great Expectations on the newest date partitions of the {pipeline.name} table",
         doc_md=(
             f"### {pipeline.name} data quality\n\nValidates the date partitions of `{pipeline.sink_path}` "
@@ -211,12 +209,9 @@ def quality_dag(pipeline: Pipeline) -> DAG:
             "opens the pages of what it validated."
         ),
         schedule=schedule,
-        start_date=START_DATE,
-        catchup=False,
-        max_active_runs=1,
         default_args=_retried_once(s.owner, timedelta(minutes=1)),
         params=quality_params(pipeline),
-        tags=sorted({"sluice", "quality", s.sink.format, *s.tags}),
+        tags={"sluice", "quality", s.sink.format, *s.tags},
     ) as dag:
         ValidateOperator(task_id="validate", python_callable=tasks.validate, spec_path=spec_path)
     return dag
@@ -225,8 +220,8 @@ def quality_dag(pipeline: Pipeline) -> DAG:
 def sql_endpoint_dag() -> DAG:
     """Keeps the SQL endpoint up: every five minutes it is started unless it runs or was
     stopped on purpose; triggered, the form starts, stops or restarts it."""
-    with DAG(
-        dag_id="sluice_sql_endpoint",
+    with sluice_dag(
+        "sluice_sql_endpoint",
         description="Keeps the JDBC/ODBC endpoint (Spark's Thrift server) on the pipelines' tables up.",
         doc_md=(
             "### SQL endpoint\n\nSpark's Thrift JDBC/ODBC server on the catalog of every pipeline's tables "
@@ -236,12 +231,9 @@ def sql_endpoint_dag() -> DAG:
             "settings). Scheduled runs keep it as it was last started. See docs/query.md, Query the tables."
         ),
         schedule="*/5 * * * *",
-        start_date=START_DATE,
-        catchup=False,
-        max_active_runs=1,
         default_args=_retried_once("sluice", timedelta(seconds=30)),
         params=endpoint_params(),
-        tags=["sluice", "sql"],
+        tags={"sluice", "sql"},
     ) as dag:
 
         @task(task_id="endpoint")
@@ -257,15 +249,13 @@ def sql_endpoint_dag() -> DAG:
 
 def invalid_spec_dag(spec_file: Path, error: str) -> DAG:
     """A spec that does not validate still shows up, tagged, with its error; its run fails."""
-    with DAG(
-        dag_id=f"sluice_{spec_file.stem}",
+    with sluice_dag(
+        f"sluice_{spec_file.stem}",
         description=f"INVALID SPEC: {error}"[:200],
         doc_md=f"### Invalid spec `{spec_file}`\n\n```\n{error}\n```\n\nFix the file; this DAG is rebuilt within a minute.",
         schedule=None,
-        start_date=START_DATE,
-        catchup=False,
         default_args={"owner": "sluice", "retries": 0},
-        tags=["sluice", "invalid-spec"],
+        tags={"sluice", "invalid-spec"},
     ) as dag:
 
         @task(task_id="invalid_spec")
