@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode, urljoin, urlparse
 
+import psutil
 import pytest
 from playwright.sync_api import expect
 
@@ -74,20 +75,15 @@ class Api:
         return self.wait(what, ended, timeout, log)
 
 
-def airflow_processes(port: int) -> list[str]:
+def airflow_processes(port: int) -> list[psutil.Process]:
     """Airflow's processes (its venv's) serving on ``port``, by their environment: whatever
     their parents, sessions or process groups."""
-    left = []
-    for proc in Path("/proc").iterdir():
-        try:
-            env = (proc / "environ").read_bytes().split(b"\0")
-            cmd = (proc / "cmdline").read_bytes()
-        except OSError:  # ended meanwhile, or not ours
-            continue
-        if f"AIRFLOW__API__PORT={port}".encode() in env and b".venv-airflow" in cmd:
-            words = cmd.replace(b"\0", b" ").decode(errors="replace")
-            left.append(f"{proc.name}: {words[:120]}")
-    return left
+    return [
+        p
+        for p in psutil.process_iter(["environ", "cmdline"])
+        if (p.info["environ"] or {}).get("AIRFLOW__API__PORT") == str(port)
+        and any(".venv-airflow" in part for part in p.info["cmdline"] or [])
+    ]
 
 
 @dataclass
@@ -109,10 +105,10 @@ class Server:
                 self.proc.kill()
                 self.proc.wait()
         left = airflow_processes(self.port)
-        for line in left:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(line.split(":")[0]), signal.SIGKILL)
-        return left
+        for p in left:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        return [f"{p.pid}: {' '.join(p.info['cmdline'] or [])[:120]}" for p in left]
 
 
 @pytest.fixture(scope="module")

@@ -4,12 +4,13 @@ in tests/e2e/test_airflow_server.py::test_a_sigterm_stops_standalone_airflow_who
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from sluice.ops.processes import alive
 
 STAND_IN = """#!/bin/sh
 sleep 300 &
@@ -22,18 +23,11 @@ while true; do sleep 0.1; done
 WRAPPER = """
 import sys
 from pathlib import Path
+
+from sluice.ops.processes import alive
 from sluice.airflow.env import run_standalone
 sys.exit(run_standalone(Path(sys.argv[1]), [sys.argv[2]], {"PATH": "/usr/bin:/bin"}, grace=20))
 """
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def test_a_sigterm_becomes_its_ctrl_c_and_nothing_of_its_group_is_left(tmp_path: Path) -> None:
