@@ -34,12 +34,12 @@ from pyspark.sql.types import LongType, StructField, StructType
 from jobs import hadoopfs
 from jobs.batches import BatchFrame, check_checkpoint, clear_unfinished_writes
 from jobs.events import EventLog, WriterCounts
-from jobs.parse import REASON, flat_rows, parse, quarantine_rows, read_kafka
+from jobs.parse import REASON, flat_rows, ingestion_stamp, parse, quarantine_rows, read_kafka
 from jobs.sinks import TableSink, table_sink
 from sluice.records import checkpoint
 from sluice.records.audit import BatchAudit
 from sluice.spec import Pipeline, eventtime
-from sluice.spec.columns import INGESTED_AT, KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TIMESTAMP, KAFKA_TOPIC
+from sluice.spec.columns import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TIMESTAMP, KAFKA_TOPIC
 from sluice.spec.derived import (
     SESSION_END,
     SESSION_EVENTS,
@@ -314,7 +314,6 @@ class DerivedWriter(BatchFrame):
         sink.merge(out, [WINDOW_START, WINDOW_END, *self.d.group_by])
 
     def _quarantine(self, late: DataFrame, watermark: int) -> DataFrame:
-        dp = self.pipeline.spec.date_partition
         data = [c for c in late.columns if c not in (KEPT, LATE)]
         text = F.to_json(F.struct(*[F.col(f"`{c}`") for c in data]))
 
@@ -330,8 +329,7 @@ class DerivedWriter(BatchFrame):
             lineage(KAFKA_OFFSET, "bigint").alias(KAFKA_OFFSET),
             lineage(KAFKA_TIMESTAMP, "timestamp").alias(KAFKA_TIMESTAMP),
             F.expr(late_reason_sql(self.d.time, self.d.late_window, watermark)).alias("reason"),
-            F.expr(eventtime.NOW_SQL).alias(INGESTED_AT),
-            F.expr(eventtime.date_sql(eventtime.NOW_SQL, dp.timezone)).alias(dp.column),
+            *ingestion_stamp(self.pipeline),
         )
 
 

@@ -45,12 +45,16 @@ def _raised(result: Any) -> bool:
     return any(isinstance(v, dict) and v.get("raised_exception") for v in info.values())  # one per metric
 
 
+def severity(config: Any) -> str:
+    """An expectation's severity as a word ("critical", "warning", "info"): GX gives an enum."""
+    return getattr(config.severity, "value", str(config.severity))
+
+
 def is_failed_warning(result: Any) -> bool:
     """A warning that failed on the data; one that raised an error keeps GX's own triangle."""
     if result.expectation_config is None or _raised(result):
         return False
-    severity = result.expectation_config.severity
-    return not result.success and getattr(severity, "value", str(severity)) == "warning"
+    return not result.success and severity(result.expectation_config) == "warning"
 
 
 def mark_warnings(page: Path, results: list[Any]) -> int:

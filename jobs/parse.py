@@ -171,13 +171,21 @@ def quarantine_rows(bad: DataFrame, pipeline: Pipeline) -> DataFrame:
     They are partitioned by the date they were ingested: their event time may be the
     very thing that is wrong.
     """
-    dp = pipeline.spec.date_partition
     return bad.select(
         F.col(KEY).alias("raw_key"),
         F.col(q.VALUE).alias("raw_value"),
         F.expr(q.raw_text_sql()).alias("raw_text"),
         *_lineage(),
         F.col(REASON).alias("reason"),
+        *ingestion_stamp(pipeline),
+    )
+
+
+def ingestion_stamp(pipeline: Pipeline) -> list[Column]:
+    """A quarantine row's last two columns, the same wherever it is rejected: when it was
+    ingested, and the date partition of that moment."""
+    dp = pipeline.spec.date_partition
+    return [
         F.expr(eventtime.NOW_SQL).alias(flatten.INGESTED_AT),
         F.expr(eventtime.date_sql(eventtime.NOW_SQL, dp.timezone)).alias(dp.column),
-    )
+    ]
