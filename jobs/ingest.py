@@ -32,6 +32,7 @@ from jobs.lifecycle import configure_logging, stop_on_signals
 from jobs.lineage import StreamLineage
 from jobs.modes import mode_of
 from jobs.status import StatusReporter
+from sluice import registry
 from sluice.errors import root_cause
 from sluice.records.backfill import BackfillPlan
 from sluice.records.run import Driver
@@ -58,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging()
 
     try:
-        pipeline = load_pipeline(args.spec)
+        pipeline = load_pipeline(args.spec, schemas=registry.schema_file)
         if args.processing_time:
             trigger = Trigger(processing_time=args.processing_time)
             pipeline = dataclasses.replace(pipeline, spec=pipeline.spec.model_copy(update={"trigger": trigger}))

@@ -23,7 +23,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from jobs.lifecycle import configure_logging
-from sluice import config
+from sluice import config, registry
 from sluice.errors import first_line
 from sluice.spec import Pipeline, SpecError, load_pipeline
 
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     configure_logging()
     try:
-        pipeline = load_pipeline(args.spec)
+        pipeline = load_pipeline(args.spec, schemas=registry.schema_file)
     except SpecError as exc:
         log.error("invalid spec: %s", exc)
         return 2

@@ -19,6 +19,7 @@ from pyspark.sql import SparkSession
 from jobs import catalog, thrift
 from jobs.session import local_session
 from jobs.sinks import read_table, table_exists
+from sluice import registry
 from sluice.errors import SluiceError, first_line
 from sluice.ops.submit import catalog_conf
 from sluice.spec import Pipeline, valid_pipelines
@@ -35,7 +36,7 @@ class LocalSession:
         logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
         thrift.give_metastore_password(self.spark)
         thrift.trust(self.spark)
-        pipelines, invalid = valid_pipelines()
+        pipelines, invalid = valid_pipelines(registry.schema_file)
         for exc in invalid:
             warn(f"skipping a spec: {exc}")
         try:

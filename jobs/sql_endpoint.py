@@ -24,6 +24,7 @@ from pyspark.sql import SparkSession
 
 from jobs import catalog, thrift
 from jobs.lifecycle import configure_logging, stop_on_signals
+from sluice import registry
 from sluice.errors import first_line
 from sluice.records.endpoint import EndpointStatus
 from sluice.spec import valid_pipelines
@@ -97,7 +98,7 @@ def _warn_once(message: str) -> None:
 
 
 def _sync(spark: SparkSession) -> list[str]:
-    pipelines, invalid = valid_pipelines()
+    pipelines, invalid = valid_pipelines(registry.schema_file)
     for exc in invalid:
         _warn_once(f"skipping a spec: {exc}")
     return catalog.sync(spark, pipelines, _warn_once)

@@ -26,6 +26,7 @@ from pyspark.sql import functions as F
 
 from jobs import docs_verdict, offline_docs
 from jobs.sinks import read_table, table_exists
+from sluice import registry
 from sluice.errors import SluiceError
 from sluice.records.validation import (
     Outcome,
@@ -131,7 +132,7 @@ def outcome(partition: str, rows: int, result: Any) -> Outcome:
         partition=partition,
         rule=(config.meta or {}).get("sluice_rule", config.type),
         expectation=config.type,
-        severity=getattr(config.severity, "value", str(config.severity)),
+        severity=docs_verdict.severity(config),
         success=bool(result.success),
         checked=checked,
         failed=failed,
@@ -246,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     for noisy in ("py4j", "great_expectations"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
-        pipeline = load_pipeline(args.spec)
+        pipeline = load_pipeline(args.spec, schemas=registry.schema_file)
         dates = args.dates or f"latest:{pipeline.spec.expectations.validation.partitions}"
         selection = Selection.parse(dates)
     except (SpecError, ValueError) as exc:

@@ -63,6 +63,11 @@ def bootstrap_servers() -> str:
     return os.environ.get("SLUICE_KAFKA_BOOTSTRAP") or f"127.0.0.1:{kafka_port()}"
 
 
+def registry_ttl() -> float:
+    """How long a fetched ``latest`` registry subject is trusted before asking again (seconds)."""
+    return float(os.environ.get("SLUICE_REGISTRY_TTL") or 60)
+
+
 def interpolation_env() -> dict[str, str]:
     """Variables a spec may use as ``${NAME}`` besides the process environment."""
     return {

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from sluice import config
+from sluice import config, registry
 from sluice.dev.broker import EmbeddedBroker
 from sluice.dev.objectstore import ObjectStoreError, S3Server
 from sluice.dev.ports import free_port
@@ -157,7 +157,7 @@ def make_pipeline(
         spec[key] = spec[key] | value if isinstance(value, dict) and key in spec else value
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec))
-    return load_pipeline(path)
+    return load_pipeline(path, schemas=registry.schema_file)  # as the commands and the job do
 
 
 def _totals(folders: list[Any]) -> dict[str, int]:

@@ -29,6 +29,7 @@ from typing import Any
 from airflow.sdk import DAG, Asset, AssetOrTimeSchedule, CronTriggerTimetable, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
 
+from sluice import registry
 from sluice.airflow import tasks
 from sluice.airflow.forms import ACTIONS, endpoint_params, params, quality_params, scheduled_runs
 from sluice.airflow.lineage import PipelineOperator
@@ -269,7 +270,9 @@ def invalid_spec_dag(spec_file: Path, error: str) -> DAG:
 def build_dags() -> dict[str, DAG]:
     """Every spec in the pipelines folder as DAGs, keyed by DAG id."""
     dags: list[DAG] = [sql_endpoint_dag()]
-    for spec_file, pipeline in load_all():  # a spec clashing with an earlier one is an error here
+    # A spec clashing with an earlier one is an error here. A registry subject comes from this
+    # host's cache: parsing asks the registry only for one it has never fetched.
+    for spec_file, pipeline in load_all(schemas=registry.first_time):
         if isinstance(pipeline, SpecError):
             dags.append(invalid_spec_dag(spec_file, str(pipeline)))
             continue

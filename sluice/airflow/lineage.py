@@ -33,10 +33,10 @@ class PipelineOperator(PythonOperator):
         from airflow.providers.openlineage.extractors import OperatorLineage
         from openlineage.client.event_v2 import InputDataset, OutputDataset
 
-        from sluice import lineage
+        from sluice import lineage, registry
         from sluice.spec import load_pipeline
 
-        found = lineage.of(load_pipeline(self.spec_path))
+        found = lineage.of(load_pipeline(self.spec_path, schemas=registry.schema_file))
         if self.touches == "stream":
             return OperatorLineage(inputs=found.inputs, outputs=found.outputs)
         # The tables as they are (their schemas): where their columns came from is the stream's

@@ -18,6 +18,7 @@ from airflow.sdk import get_current_context
 from airflow.sdk.definitions.retry_policy import ExceptionRetryPolicy, RetryAction, RetryRule
 from airflow.sdk.exceptions import AirflowSkipException
 
+from sluice import registry
 from sluice.airflow import links
 from sluice.errors import AlreadyRunning, NothingToDo, SluiceError
 from sluice.spec import Pipeline, load_pipeline
@@ -60,6 +61,11 @@ def as_task_state() -> Iterator[None]:
         if exc.transient:
             raise RuntimeError(str(exc)) from None  # Airflow retries it
         raise Refused from None
+
+
+def _load(spec_path: str) -> Pipeline:
+    """The spec as the job will read it: a registry subject asked for again at run time."""
+    return load_pipeline(spec_path, schemas=registry.schema_file)
 
 
 def _who() -> str:
@@ -120,7 +126,7 @@ def control(spec_path: str, action: str) -> None:
     params: dict[str, Any] = get_current_context()["params"]
     by = _who()
     with as_task_state():
-        pipeline, target = load_pipeline(spec_path), AirflowTarget()
+        pipeline, target = _load(spec_path), AirflowTarget()
         if action == "stop":
             log.info("%s", stream.stop(pipeline, by=by))
         elif action == "start":
@@ -175,7 +181,7 @@ def plan_backfill(spec_path: str) -> str:
 
     params: dict[str, Any] = get_current_context()["params"]
     with as_task_state():
-        pipeline = load_pipeline(spec_path)
+        pipeline = _load(spec_path)
         plan = backfill.plan(
             pipeline,
             from_offset=params.get("from_offset"),
@@ -195,7 +201,7 @@ def run_backfill(spec_path: str, plan_json: str) -> None:
     from sluice.records.backfill import BackfillPlan
 
     with as_task_state():
-        backfill.run(load_pipeline(spec_path), AirflowTarget(), BackfillPlan.from_json(plan_json))
+        backfill.run(_load(spec_path), AirflowTarget(), BackfillPlan.from_json(plan_json))
 
 
 def maintain(spec_path: str) -> None:
@@ -205,7 +211,7 @@ def maintain(spec_path: str) -> None:
     from sluice.ops.submit import maintenance_submission
 
     with as_task_state():
-        pipeline = load_pipeline(spec_path)
+        pipeline = _load(spec_path)
         AirflowTarget().run(maintenance_submission(pipeline.spec_path, pipeline_name=pipeline.name))
 
 
@@ -219,7 +225,7 @@ def publish(spec_path: str, asset: Asset) -> dict[str, int]:
         ctx["outlet_events"][asset].extra = totals
 
     with as_task_state():
-        pipeline: Pipeline = load_pipeline(spec_path)
+        pipeline: Pipeline = _load(spec_path)
         totals = publish_batches(pipeline, emit)
     log.info("%s: %s", pipeline.name, totals)
     return totals
@@ -233,7 +239,7 @@ def validate(spec_path: str) -> dict[str, Any]:
 
     params: dict[str, Any] = get_current_context()["params"]
     with as_task_state():
-        pipeline = load_pipeline(spec_path)
+        pipeline = _load(spec_path)
         chosen = validation.selection(
             pipeline,
             from_date=params.get("from_date"),

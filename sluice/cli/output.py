@@ -52,6 +52,7 @@ def print_json(data: Any) -> None:
 def load(spec: str) -> Pipeline:
     # Imported here: the spec loader brings pydantic and sqlglot, which cost most of a
     # second that `sluice --version`, `--help` and the SQL client do not need.
+    from sluice import registry
     from sluice.spec import load_pipeline
 
-    return load_pipeline(spec)  # a SpecError reaches main(), which reports it
+    return load_pipeline(spec, schemas=registry.schema_file)  # a SpecError reaches main(), which reports it

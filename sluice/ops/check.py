@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from sluice import storage
+from sluice import registry, storage
 from sluice.records.tables import read_shape
 from sluice.spec import Pipeline, SpecError, compatibility, load_all
 from sluice.spec.derived import (
@@ -123,7 +123,7 @@ def _tables(p: Pipeline) -> tuple[Tables, str]:
 def check(paths: list[Path] | None = None) -> list[SpecCheck]:
     """Every spec (or those given), each with all its problems or the state of its tables."""
     results = []
-    for path, loaded in load_all(paths):
+    for path, loaded in load_all(paths, schemas=registry.schema_file):
         if isinstance(loaded, SpecError):
             results.append(SpecCheck(str(path), None, loaded.problems))
         else:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,9 @@ from sluice.spec.pipeline import Pipeline, PipelineSpec, SpecError
 from sluice.spec.registry import RegistrySchema
 from sluice.spec.rescue import rescuable
 from sluice.spec.schema import Array, Atomic, SchemaError, Struct, load_schema, parse_json_schema
+
+#: Where a registry subject's Spark schema file comes from (see :mod:`sluice.spec.registry`).
+SchemaSource = Callable[[RegistrySchema], Path]
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -82,8 +86,12 @@ def _field_path(loc: tuple[Any, ...]) -> str:
     return out.replace("schema_path", "schema")
 
 
-def parse_pipeline(data: Any, spec_path: Path, seen: tuple[str, ...] = ()) -> Pipeline:
-    """Validate an already-read spec mapping (from YAML, or a DAG run's parameters)."""
+def parse_pipeline(
+    data: Any, spec_path: Path, seen: tuple[str, ...] = (), schemas: SchemaSource = registry.cached_file
+) -> Pipeline:
+    """Validate an already-read spec mapping (from YAML, or a DAG run's parameters). A registry
+    subject's schema comes from ``schemas``: this host's cache unless the caller passes the
+    adapter (:mod:`sluice.registry`)."""
     if not isinstance(data, dict):
         raise SpecError(spec_path, "", "a spec is a YAML mapping (name:, source:, schema:, ...)")
     data = _interpolate(data, spec_path)
@@ -102,12 +110,13 @@ def parse_pipeline(data: Any, spec_path: Path, seen: tuple[str, ...] = ()) -> Pi
         raise SpecError(spec_path, *problems[0], more=problems[1:]) from None
     _check_paths(spec, spec_path)
     if isinstance(spec.source, TableSource):
-        return _derived(spec, spec_path, spec.source, seen)
+        return _derived(spec, spec_path, spec.source, seen, schemas)
 
     assert spec.schema_path is not None  # checked by PipelineSpec
     try:
         if isinstance(spec.schema_path, RegistrySchema):
-            schema_file, schema = registry.load(spec.schema_path)
+            schema_file = schemas(spec.schema_path)
+            schema = load_schema(schema_file)
         else:
             schema_file = _schema_file(spec_path, spec.schema_path)
             schema = load_schema(schema_file)
@@ -166,7 +175,9 @@ def _upstream_spec(spec_path: Path, name: str) -> Path | None:
     return None
 
 
-def _derived(spec: PipelineSpec, spec_path: Path, source: TableSource, seen: tuple[str, ...]) -> Pipeline:
+def _derived(
+    spec: PipelineSpec, spec_path: Path, source: TableSource, seen: tuple[str, ...], schemas: SchemaSource
+) -> Pipeline:
     """A derived pipeline: its upstream spec, loaded, and its sections checked against that table."""
     if source.table == spec.name or source.table in seen:
         chain = " -> ".join([*seen, spec.name, source.table])
@@ -175,7 +186,7 @@ def _derived(spec: PipelineSpec, spec_path: Path, source: TableSource, seen: tup
     if found is None:
         raise SpecError(spec_path, "source.table", f"no pipeline {source.table!r} in {spec_path.parent}")
     try:
-        upstream = load_pipeline(found, seen=(*seen, spec.name))
+        upstream = load_pipeline(found, seen=(*seen, spec.name), schemas=schemas)
     except SpecError as exc:
         raise SpecError(spec_path, "source.table", f"{source.table} cannot be read: {exc}") from None
     if upstream.spec.sink.format == "kafka":
@@ -332,21 +343,25 @@ def _check_event_time(p: Pipeline) -> None:
         raise SpecError(p.spec_path, "event_time.format", str(exc)) from None
 
 
-def load_pipeline(name_or_path: str | Path, seen: tuple[str, ...] = ()) -> Pipeline:
+def load_pipeline(
+    name_or_path: str | Path, seen: tuple[str, ...] = (), schemas: SchemaSource = registry.cached_file
+) -> Pipeline:
     """Read, interpolate and validate a spec file; raise :class:`SpecError` if it cannot run."""
     path = find_spec(name_or_path)
     try:
         data = files.load_yaml(files.read_text(path, limit=files.MAX_SPEC_BYTES))
     except files.FileProblem as exc:
         raise SpecError(path, exc.where, str(exc)) from None
-    return parse_pipeline(data, path, seen)
+    return parse_pipeline(data, path, seen, schemas)
 
 
 def spec_files() -> list[Path]:
     return sorted(config.pipelines_dir().glob("*.yaml"))
 
 
-def load_all(paths: list[Path] | None = None) -> list[tuple[Path, Pipeline | SpecError]]:
+def load_all(
+    paths: list[Path] | None = None, schemas: SchemaSource = registry.cached_file
+) -> list[tuple[Path, Pipeline | SpecError]]:
     """Every spec, loaded, in file order; a spec whose name, table or checkpoint an earlier
     one already has becomes an error naming both files (two DAGs cannot share an id, and
     two streams cannot share a table or a checkpoint)."""
@@ -354,7 +369,7 @@ def load_all(paths: list[Path] | None = None) -> list[tuple[Path, Pipeline | Spe
     owners: dict[tuple[str, str], Path] = {}
     for path in spec_files() if paths is None else paths:
         try:
-            p = load_pipeline(path)
+            p = load_pipeline(path, schemas=schemas)
         except SpecError as exc:
             out.append((path, exc))
             continue
@@ -378,20 +393,20 @@ def load_all(paths: list[Path] | None = None) -> list[tuple[Path, Pipeline | Spe
     return out
 
 
-def all_pipelines() -> list[Pipeline]:
+def all_pipelines(schemas: SchemaSource = registry.cached_file) -> list[Pipeline]:
     """Every spec in the pipelines folder, validated (the first invalid one raises)."""
     pipelines = []
-    for _, loaded in load_all():
+    for _, loaded in load_all(schemas=schemas):
         if isinstance(loaded, SpecError):
             raise loaded
         pipelines.append(loaded)
     return pipelines
 
 
-def valid_pipelines() -> tuple[list[Pipeline], list[SpecError]]:
+def valid_pipelines(schemas: SchemaSource = registry.cached_file) -> tuple[list[Pipeline], list[SpecError]]:
     """Every spec in the pipelines folder that validates, and the errors of those that do not:
     for commands that serve the good ones and report the rest."""
-    loaded = [x for _, x in load_all()]
+    loaded = [x for _, x in load_all(schemas=schemas)]
     return [p for p in loaded if isinstance(p, Pipeline)], [e for e in loaded if isinstance(e, SpecError)]
 
 

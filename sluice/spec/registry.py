@@ -1,16 +1,17 @@
-"""Schemas from a schema registry: JSON Schema subjects, converted once and cached.
+"""Schemas from a schema registry, as the spec sees them: the subject, its conversion, and the
+cache it is read from. Nothing here opens a connection.
 
 A spec may name a registry subject instead of a file::
 
     schema: {registry: http://registry:8081, subject: orders-value, version: latest}
 
-The subject's JSON Schema is fetched with confluent-kafka's ``SchemaRegistryClient``,
-converted to a Spark schema (:func:`to_struct`) and written to
-``$SLUICE_HOME/schema_cache/<registry>/<subject>/v<N>.json`` (``<registry>``: a hash of its URL), so every reader of the spec (the job,
-``sluice check``, Airflow's DAG files) works from that file. A pinned version is read from
-the cache without asking the registry again. ``latest`` asks the registry at most once per
-:data:`LATEST_TTL` seconds; when the registry cannot be reached, the newest cached version
-is used, with a warning, so an outage neither stops a running stream nor a restart.
+The loader reads the subject's Spark schema from
+``$SLUICE_HOME/schema_cache/<registry>/<subject>/v<N>.json`` (``<registry>``: a hash of its
+URL) through :func:`cached_file`, unless its caller hands it another source: the commands,
+the job and Airflow's tasks pass :func:`sluice.registry.schema_file`, which asks the
+registry and fills the cache; the DAG files pass :func:`sluice.registry.first_time`, which
+asks only for a subject this host has never fetched. The subject's JSON Schema is converted
+to a Spark schema by :func:`to_struct`:
 
 Conversion (JSON Schema draft 7 and 2020-12, the parts that describe data):
 
@@ -36,11 +37,6 @@ anything else (unions of types)     string: the value's JSON text, nothing is dr
 from __future__ import annotations
 
 import hashlib
-import json
-import logging
-import os
-import tempfile
-import time
 from pathlib import Path
 from typing import Any, Literal
 
@@ -49,14 +45,7 @@ from pydantic import field_validator
 
 from sluice import config
 from sluice.spec.model import StrictModel
-from sluice.spec.schema import Array, Atomic, DataType, Field, Map, SchemaError, Struct, load_schema
-
-log = logging.getLogger("sluice.registry")
-
-#: How long a fetched ``latest`` is trusted before the registry is asked again (seconds).
-LATEST_TTL = float(os.environ.get("SLUICE_REGISTRY_TTL", "60"))
-#: How long one registry request may take before the cache is used instead (seconds).
-TIMEOUT = 5
+from sluice.spec.schema import Array, Atomic, DataType, Field, Map, SchemaError, Struct
 
 
 class RegistrySchema(StrictModel):
@@ -158,7 +147,7 @@ def _convert(node: Any, root: dict[str, Any], where: str, seen: tuple[str, ...])
     return Atomic("string"), True
 
 
-# --- fetching and the cache -------------------------------------------------------------------
+# --- the cache ---------------------------------------------------------------------------------
 
 
 def cache_dir(ref: RegistrySchema) -> Path:
@@ -167,88 +156,28 @@ def cache_dir(ref: RegistrySchema) -> Path:
     return config.sluice_home() / "schema_cache" / registry / ref.subject
 
 
-def _write(target: Path, text: str) -> None:
-    """Write whole or not at all: the scheduler and a task may fetch the same version at once."""
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, target)
-
-
-def _cached_versions(ref: RegistrySchema) -> list[int]:
+def cached_versions(ref: RegistrySchema) -> list[int]:
     folder = cache_dir(ref)
     if not folder.is_dir():
         return []
     return sorted(int(f.stem[1:]) for f in folder.glob("v*.json") if f.stem[1:].isdigit())
 
 
-def _fetch(ref: RegistrySchema) -> Path:
-    from confluent_kafka.schema_registry import SchemaRegistryClient
-    from confluent_kafka.schema_registry.error import SchemaRegistryError
-
-    client = SchemaRegistryClient({"url": ref.registry, "timeout": TIMEOUT, "max.retries": 1})
-    try:
-        registered = client.get_version(ref.subject, ref.version)
-    except SchemaRegistryError as exc:
-        if exc.http_status_code == 404:  # the registry answered: no such subject or version
-            raise RegistryError(f"{ref.registry}: {ref.subject} version {ref.version}: {exc.error_message}") from None
-        raise
-    schema = registered.schema
-    where = f"{ref.registry} subject {ref.subject} version {registered.version}"
-    if schema is None or (schema.schema_type or "AVRO") != "JSON":
-        kind = schema.schema_type if schema is not None else "none"
-        raise RegistryError(f"{where}: a {kind or 'AVRO'} schema; Sluice reads JSON Schema subjects")
-    try:
-        document = json.loads(schema.schema_str or "")
-    except json.JSONDecodeError as exc:
-        raise RegistryError(f"{where}: not valid JSON ({exc})") from None
-    struct = to_struct(document, where)
-    folder = cache_dir(ref)
-    folder.mkdir(parents=True, exist_ok=True)
-    target = folder / f"v{registered.version}.json"
-    _write(target, json.dumps(struct.to_json(), indent=1))
-    if ref.version == "latest":
-        _write(folder / "latest", str(registered.version))
-    return target
-
-
-def schema_file(ref: RegistrySchema) -> Path:
-    """The cached Spark schema file of the subject's version (fetched if needed, see the module)."""
+def cached_file(ref: RegistrySchema) -> Path:
+    """The subject's version from this host's cache, without asking the registry: a pinned
+    version's file, or for ``latest`` the one last fetched as latest (else the newest)."""
     folder = cache_dir(ref)
     if ref.version != "latest":
-        pinned = folder / f"v{ref.version}.json"
-        return pinned if pinned.is_file() else _fetch_or_explain(ref, None)
-    pointer = folder / "latest"
-    if pointer.is_file() and time.time() - pointer.stat().st_mtime < LATEST_TTL:
-        fresh = folder / f"v{pointer.read_text(encoding='utf-8').strip()}.json"
-        if fresh.is_file():
-            return fresh
-    cached = _cached_versions(ref)
-    return _fetch_or_explain(ref, folder / f"v{cached[-1]}.json" if cached else None)
-
-
-def _fetch_or_explain(ref: RegistrySchema, fallback: Path | None) -> Path:
-    """Fetch; when the registry does not answer, the fallback (with a warning) or a RegistryError."""
-    try:
-        return _fetch(ref)
-    except RegistryError:
-        raise
-    except Exception as exc:  # the registry is down or slow: any transport or HTTP error
-        if fallback is None:
-            raise RegistryError(
-                f"schema registry {ref.registry} did not answer for {ref.subject} version {ref.version} ({exc}), "
-                "and it is not cached"
-            ) from None
-        log.warning(
-            "schema registry %s did not answer for %s (%s); using cached %s",
-            ref.registry,
-            ref.subject,
-            exc,
-            fallback.stem,
+        found: Path | None = folder / f"v{ref.version}.json"
+    else:
+        pointer = folder / "latest"
+        found = folder / f"v{pointer.read_text(encoding='utf-8').strip()}.json" if pointer.is_file() else None
+        if found is None or not found.is_file():
+            versions = cached_versions(ref)
+            found = folder / f"v{versions[-1]}.json" if versions else None
+    if found is None or not found.is_file():
+        raise RegistryError(
+            f"{ref.subject} version {ref.version} of schema registry {ref.registry} has not been fetched on this "
+            "host; `sluice check` fetches it"
         )
-        return fallback
-
-
-def load(ref: RegistrySchema) -> tuple[Path, Struct]:
-    path = schema_file(ref)
-    return path, load_schema(path)
+    return found

@@ -5,20 +5,27 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 
 import pytest
+import yaml
 
 from sluice import config
 from sluice.spec import all_pipelines
+from sluice.spec import registry as spec_registry
 
 pytestmark = pytest.mark.e2e
 
 DAGBAG = """
 import json, sys
+# Every attempt to reach a host while the DAG files are parsed (imports before this line only).
+reached = []
+sys.addaudithook(lambda event, args: reached.append(f"{event} {args[1:]!r}") if event == "socket.connect" else None)
 from airflow.dag_processing.dagbag import DagBag
 bag = DagBag()
 print("DAGBAG=" + json.dumps({
+    "reached": reached,
     "errors": {k: str(v) for k, v in bag.import_errors.items()},
     "parse_seconds": sum(s.duration.total_seconds() for s in bag.dagbag_stats),
     "pyspark_imported": any(m == "pyspark" or m.startswith("pyspark.") for m in sys.modules),
@@ -132,6 +139,49 @@ def test_every_shipped_spec_yields_its_dags(airflow, tmp_path) -> None:
     for name, dag in bag["dags"].items():
         assert dag["retries"] and all(r >= 0 for r in dag["retries"].values()), name
         assert dag["doc"] and dag["description"], name
+
+
+def test_parsing_the_dags_reaches_no_host(airflow, tmp_path, monkeypatch) -> None:
+    # The DAG processor parses the folder every few seconds, on a host where the broker, the
+    # schema registry and the store may be away: no address is asked. A registry subject this
+    # host fetched once is read from its cache (the tasks ask the registry again at run time).
+    nowhere = "127.0.0.1:9"
+    home, folder = tmp_path / "home", tmp_path / "pipelines"
+    folder.mkdir()
+    for shipped in (config.PROJECT_ROOT / "pipelines").glob("*.yaml"):
+        shutil.copy(shipped, folder / shipped.name)
+    monkeypatch.setenv("SLUICE_HOME", str(home))
+    ref = spec_registry.RegistrySchema(registry=f"http://{nowhere}", subject="orders-value")
+    order = {
+        "type": "object",
+        "required": ["id", "ts"],
+        "properties": {"id": {"type": "string"}, "ts": {"type": "integer"}},
+    }
+    cache = spec_registry.cache_dir(ref)
+    cache.mkdir(parents=True)
+    (cache / "v3.json").write_text(json.dumps(spec_registry.to_struct(order, "orders-value").to_json()))
+    (folder / "orders.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "name": "orders",
+                "source": {"topics": ["orders"]},
+                "schema": ref.model_dump(),
+                "event_time": {"field": "ts", "format": "epoch_seconds"},
+                "sink": {"path": "tables/orders"},
+                "checkpoint": "checkpoints/orders",
+            }
+        )
+    )
+    bag = dagbag(
+        airflow,
+        SLUICE_PIPELINES=str(folder),
+        SLUICE_HOME=str(home),
+        SLUICE_KAFKA_BOOTSTRAP=nowhere,
+        SLUICE_STORE=f"s3a://{nowhere}/nowhere",
+    )
+    assert bag["errors"] == {}
+    assert "start" in bag["dags"]["sluice_orders"]["tasks"] and "sluice_payments" in bag["dags"]
+    assert bag["reached"] == []
 
 
 def test_an_invalid_spec_shows_up_as_a_failing_tagged_dag(airflow, tmp_path) -> None:

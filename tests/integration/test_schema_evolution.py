@@ -201,10 +201,9 @@ def test_added_fields_are_rescued_then_the_spec_moves_to_v2_and_v3_is_refused(sp
 
 def test_a_registry_subject_evolves_and_an_outage_does_not_stop_a_restart(spark, broker, tmp_path, monkeypatch) -> None:
     """Against a local stand-in for the registry's REST API (tests/registry_standin.py)."""
-    from sluice.spec import registry
     from tests.registry_standin import RegistryStandIn
 
-    monkeypatch.setattr(registry, "LATEST_TTL", 0.0)  # ask the registry at every load
+    monkeypatch.setenv("SLUICE_REGISTRY_TTL", "0.0")  # ask the registry at every load
     standin = RegistryStandIn()
     order = {
         "type": "object",

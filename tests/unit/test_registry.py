@@ -1,5 +1,5 @@
 """Schemas from a schema registry, against a local stand-in (tests/registry_standin.py): the
-JSON Schema conversion, the cache, and an outage."""
+JSON Schema conversion, the cache, an outage, and who may ask the registry."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sluice.spec import SpecError, load_pipeline, registry
+from sluice import registry as adapter
+from sluice.spec import Pipeline, SpecError, load_pipeline, registry
 from sluice.spec.schema import Array, Atomic, Map, Struct
 from tests.registry_standin import RegistryStandIn
 
@@ -70,31 +71,36 @@ def spec(home: Path, url: str, version: object = "latest", subject: str = "order
     return path
 
 
+def load(path: Path) -> Pipeline:
+    """As the commands and the job load a spec."""
+    return load_pipeline(path, schemas=adapter.schema_file)
+
+
 def test_latest_is_fetched_cached_and_survives_an_outage(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, standin: RegistryStandIn, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setenv("SLUICE_HOME", str(tmp_path))
-    monkeypatch.setattr(registry, "LATEST_TTL", 3600.0)
+    monkeypatch.setenv("SLUICE_REGISTRY_TTL", "3600.0")
     standin.register("orders-value", ORDER_V1)
-    p = load_pipeline(spec(tmp_path, standin.url))
+    p = load(spec(tmp_path, standin.url))
     assert p.schema_file.relative_to(tmp_path / "schema_cache").parts[1:] == ("orders-value", "v1.json")
     assert p.schema.find("customer.id") is not None and "customer_id" in p.plan.names
     asked = len(standin.requests)
-    load_pipeline(spec(tmp_path, standin.url))  # within the TTL: the cache, no request
+    load(spec(tmp_path, standin.url))  # within the TTL: the cache, no request
     assert len(standin.requests) == asked
 
     standin.register("orders-value", ORDER_V2)
-    monkeypatch.setattr(registry, "LATEST_TTL", 0.0)
-    assert load_pipeline(spec(tmp_path, standin.url)).schema_file.name == "v2.json"
-    pinned = load_pipeline(spec(tmp_path, standin.url, version=1))
+    monkeypatch.setenv("SLUICE_REGISTRY_TTL", "0.0")
+    assert load(spec(tmp_path, standin.url)).schema_file.name == "v2.json"
+    pinned = load(spec(tmp_path, standin.url, version=1))
     assert pinned.schema.find("channel") is None
 
     standin.stop()
     with caplog.at_level(logging.WARNING, logger="sluice.registry"):
-        during = load_pipeline(spec(tmp_path, standin.url))
+        during = load(spec(tmp_path, standin.url))
     assert during.schema_file.name == "v2.json" and during.schema.find("channel") is not None
     assert "did not answer for orders-value" in caplog.text and "using cached v2" in caplog.text
-    assert load_pipeline(spec(tmp_path, standin.url, version=1)).schema_file.name == "v1.json"  # cached
+    assert load(spec(tmp_path, standin.url, version=1)).schema_file.name == "v1.json"  # cached
 
 
 def test_what_the_registry_refuses_or_cannot_give_is_a_spec_error(
@@ -102,17 +108,41 @@ def test_what_the_registry_refuses_or_cannot_give_is_a_spec_error(
 ) -> None:
     monkeypatch.setenv("SLUICE_HOME", str(tmp_path))
     with pytest.raises(SpecError, match="Subject 'orders-value' not found"):
-        load_pipeline(spec(tmp_path, standin.url))
+        load(spec(tmp_path, standin.url))
     standin.register("avro-value", '{"type": "record", "name": "x", "fields": []}', kind="AVRO")
     with pytest.raises(SpecError, match="a AVRO schema; Sluice reads JSON Schema subjects"):
-        load_pipeline(spec(tmp_path, standin.url, subject="avro-value"))
+        load(spec(tmp_path, standin.url, subject="avro-value"))
     standin.register("orders-value", ORDER_V1)
     with pytest.raises(SpecError, match="Version 7 not found"):
-        load_pipeline(spec(tmp_path, standin.url, version=7))
+        load(spec(tmp_path, standin.url, version=7))
     standin.stop()
     with pytest.raises(SpecError, match="did not answer for never-value version latest .*it is not cached"):
-        load_pipeline(spec(tmp_path, standin.url, subject="never-value"))
+        load(spec(tmp_path, standin.url, subject="never-value"))
     with pytest.raises(SpecError, match="did not answer for orders-value version 2 .*it is not cached"):
-        load_pipeline(spec(tmp_path, standin.url, version=2))
+        load(spec(tmp_path, standin.url, version=2))
     with pytest.raises(SpecError, match="schema.subject"):
-        load_pipeline(spec(tmp_path, standin.url, subject=".."))
+        load(spec(tmp_path, standin.url, subject=".."))
+
+
+def test_the_spec_alone_reads_the_cache_and_the_dag_files_ask_only_for_what_they_never_fetched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, standin: RegistryStandIn
+) -> None:
+    monkeypatch.setenv("SLUICE_HOME", str(tmp_path))
+    monkeypatch.setenv("SLUICE_REGISTRY_TTL", "0")
+    standin.register("orders-value", ORDER_V1)
+    with pytest.raises(SpecError, match="has not been fetched on this host; `sluice check` fetches it"):
+        load_pipeline(spec(tmp_path, standin.url))  # the spec package opens no connection
+    assert standin.requests == []
+    first = load_pipeline(spec(tmp_path, standin.url), schemas=adapter.first_time)
+    assert first.schema_file.name == "v1.json" and len(standin.requests) > 0
+
+    standin.register("orders-value", ORDER_V2)
+    asked = len(standin.requests)
+    # Cached, however old: the DAG files and the spec alone do not ask again...
+    assert load_pipeline(spec(tmp_path, standin.url), schemas=adapter.first_time).schema_file.name == "v1.json"
+    assert load_pipeline(spec(tmp_path, standin.url)).schema_file.name == "v1.json"
+    assert len(standin.requests) == asked
+    # ...the commands and the job do, and then every reader sees what they fetched.
+    assert load(spec(tmp_path, standin.url)).schema_file.name == "v2.json"
+    assert load_pipeline(spec(tmp_path, standin.url)).schema_file.name == "v2.json"
+    assert load_pipeline(spec(tmp_path, standin.url, version=1)).schema_file.name == "v1.json"

@@ -1,0 +1,39 @@
+"""Which package may import which: the contract stays pure Python that opens no connection."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+#: What the spec package may not import: the adapters that reach hosts, and the engines.
+NOT_IN_SPEC = ("sluice.registry", "sluice.ops", "sluice.airflow", "sluice.cli", "jobs", "pyspark", "airflow")
+NETWORK = ("socket", "urllib.request", "http.client", "httpx", "requests", "confluent_kafka")
+
+
+def imports(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def test_the_spec_package_imports_no_adapter_engine_or_network_library() -> None:
+    bad = {
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in sorted((ROOT / "sluice" / "spec").glob("*.py"))
+        for name in imports(path)
+        if any(name == banned or name.startswith(banned + ".") for banned in NOT_IN_SPEC + NETWORK)
+    }
+    assert bad == set()
+
+
+def test_the_check_sees_an_import_it_forbids(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text("from sluice import registry\nimport urllib.request\n")
+    assert {"sluice.registry", "urllib.request"} <= imports(probe)
