@@ -252,7 +252,8 @@ def main() -> int:
     from rich.console import Console
 
     from sluice.dev.broker import EmbeddedBroker
-    from sluice.ops.submit import LOG4J_OPTION, ingest_submission, submit_env
+    from sluice.ops.submit import ingest_submission
+    from sluice.runtime import LOG4J_OPTION, submit_env
 
     console = Console(width=160)
     out = OUT / args.name

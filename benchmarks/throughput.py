@@ -281,7 +281,8 @@ def run_variant(
     append_rows: int = 100_000,
     conf: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    from sluice.ops.submit import ingest_submission, submit_env
+    from sluice.ops.submit import ingest_submission
+    from sluice.runtime import submit_env
 
     name = f"bench_{run}"
     table = work / "tables" / name

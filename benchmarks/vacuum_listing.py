@@ -2,7 +2,7 @@
 
 Delta's VACUUM lists a table's folders in ``spark.sql.sources.parallelPartitionDiscovery.parallelism``
 Spark tasks: 10,000 by default, whatever the table's size. Sluice's jobs run with
-:data:`sluice.ops.submit.BASE_CONF`'s value. This script writes a small date-partitioned Delta
+:data:`sluice.runtime.BASE_CONF`'s value. This script writes a small date-partitioned Delta
 table (``--appends`` appends of 20 rows), compacts it as the maintenance job does, then times
 VACUUM with the default and with Sluice's setting in turn, ``--rounds`` times each, in one
 Spark session (``local[2]``). Prints each round and writes
@@ -35,7 +35,7 @@ def main() -> None:
     from delta.tables import DeltaTable
 
     from jobs.session import local_session
-    from sluice.ops.submit import BASE_CONF
+    from sluice.runtime import BASE_CONF
 
     spark = local_session("vacuum-listing", "local[2]")
     path = str(Path(tempfile.mkdtemp(prefix="sluice-vacuum-")) / "t")

@@ -45,7 +45,7 @@ def result_type(pipeline: Pipeline) -> StructType:
 
 def register(spark: SparkSession, pipeline: Pipeline) -> bool:
     """Make :data:`FUNCTION` callable for ``pipeline``'s schema; False, with a warning, when
-    ``sluice-parse.jar`` is not in ``spark.jars`` (:func:`sluice.ops.submit.spark_jars`):
+    ``sluice-parse.jar`` is not in ``spark.jars`` (:func:`sluice.runtime.spark_jars`):
     every record then takes the reference parse."""
     try:
         spark.udf.registerJavaFunction(FUNCTION, CLASS, result_type(pipeline))

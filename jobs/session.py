@@ -1,6 +1,6 @@
 """A Spark session configured like a submitted Sluice job, for in-process use
-(``sluice sql``, the demo's report, tests). Submitted jobs get the same settings
-from :mod:`sluice.ops.submit` on the spark-submit command line."""
+(``sluice sql``, the demo's report, tests), from the settings submitted jobs get on the
+spark-submit command line (:mod:`sluice.runtime`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 
 from pyspark.sql import SparkSession
 
-from sluice.ops.submit import default_master, spark_conf, spark_jars
+from sluice.runtime import default_master, spark_conf, spark_jars
 
 
 def local_session(app: str = "sluice", master: str | None = None, conf: dict[str, str] | None = None) -> SparkSession:

@@ -21,7 +21,7 @@ from jobs.session import local_session
 from jobs.sinks import read_table, table_exists
 from sluice import registry
 from sluice.errors import SluiceError, first_line
-from sluice.ops.submit import catalog_conf
+from sluice.runtime import catalog_conf
 from sluice.spec import Pipeline, valid_pipelines
 from sluice.sql.client import Result, SqlError, limited
 from sluice.sql.settings import DATABASE

@@ -22,8 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from sluice import config
-from sluice.ops import submit
+from sluice import config, runtime
 
 CONN_ID = "sluice_spark"
 
@@ -60,7 +59,7 @@ def sized_to_machine(cores: int | None = None) -> dict[str, str]:
 
 def airflow_env(master: str | None = None, port: int | None = None) -> dict[str, str]:
     """Variables for every Airflow process; computed in the Spark runtime, where pyspark is real."""
-    master = master or submit.default_master()
+    master = master or runtime.default_master()
     spark_bin = Path(sys.executable).parent
     host = os.environ.get("AIRFLOW__API__HOST", "127.0.0.1")
     port = port or int(os.environ.get("AIRFLOW__API__PORT", "8080"))
@@ -81,7 +80,7 @@ def airflow_env(master: str | None = None, port: int | None = None) -> dict[str,
         f"AIRFLOW_CONN_{CONN_ID.upper()}": os.environ.get(f"AIRFLOW_CONN_{CONN_ID.upper()}")
         or spark_connection(master),
         # The Spark runtime, seen from Airflow's environment (whose `pyspark` is pyspark-client).
-        "SPARK_HOME": submit.spark_home(),
+        "SPARK_HOME": runtime.spark_home(),
         "SLUICE_SPARK_PYTHON": os.environ.get("SLUICE_SPARK_PYTHON") or sys.executable,
         "SLUICE_HOME": str(config.sluice_home()),
         "SLUICE_JARS": str(config.jars_dir("spark").parent),

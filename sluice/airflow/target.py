@@ -20,8 +20,9 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
 from sluice.airflow.env import CONN_ID
 from sluice.errors import JobFailed, SluiceError
-from sluice.ops.submit import Submission, submit_env
+from sluice.ops.submit import Submission
 from sluice.ops.target import standalone_app_cores
+from sluice.runtime import submit_env
 
 #: Private members of SparkSubmitHook this module relies on (provider 6.x).
 PRIVATE = ("_build_spark_submit_command", "_connection")

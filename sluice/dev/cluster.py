@@ -16,7 +16,7 @@ import urllib.request
 from pathlib import Path
 
 from sluice.dev.ports import free_port
-from sluice.ops.submit import spark_home
+from sluice.runtime import spark_home
 
 
 class StandaloneCluster:

@@ -318,7 +318,7 @@ class Layout:
         _wait_http(f"http://127.0.0.1:{self.ports.airflow}/api/v2/version", "Airflow's API server", folder)
 
     def _start_spark(self, tell: Callable[[str], object]) -> None:
-        from sluice.ops.submit import spark_home
+        from sluice.runtime import spark_home
 
         workers = [n for n in (1, 2) if not self._alive(f"spark-worker-{n}")]
         if self._alive("spark-master") and not workers:

@@ -15,76 +15,41 @@ a host without it (or with a stale one) starts its drivers as before.
 
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 
-from sluice import config
-
-ARCHIVE = "driver.jsa"
-FINGERPRINT = "driver.fingerprint"
-#: Java reports an archive it cannot map on stdout, where a job's output goes; the
-#: fingerprint is what keeps an archive current, and tests/integration/test_cds.py's
-#: ``-Xshare:on`` is what fails loudly when Java stops taking it.
-QUIET = "-Xlog:cds*=off"
-
-
-def folder() -> Path:
-    return config.jars_dir("cds")
-
-
-def java_home() -> Path | None:
-    """The JDK spark-submit runs: ``JAVA_HOME``, else the ``java`` on the PATH."""
-    if os.environ.get("JAVA_HOME"):
-        return Path(os.environ["JAVA_HOME"])
-    found = shutil.which("java")
-    return Path(os.path.realpath(found)).parent.parent if found else None
-
-
-def fingerprint(spark_home: str, jars: list[str]) -> str | None:
-    """What the archive depends on: the JDK's build and every jar on the driver's class path
-    or in ``--jars`` (name, size, modification time). None without a JDK."""
-    java = java_home()
-    if java is None:
-        return None
-    digest = hashlib.sha256()
-    release = java / "release"
-    digest.update(release.read_bytes() if release.exists() else str(java).encode())
-    for jar in sorted((Path(spark_home) / "jars").glob("*.jar")) + [Path(j) for j in jars]:
-        st = jar.stat()
-        digest.update(f"{jar.name}:{st.st_size}:{st.st_mtime_ns}\n".encode())
-    return digest.hexdigest()
-
-
-def java_options(spark_home: str, jars: list[str]) -> str:
-    """``-XX:SharedArchiveFile=...`` while this host's archive matches its JDK and jars; else ''
-    (and with ``SLUICE_CLASS_DATA=off``, as benchmarks/throughput.py's trial compares)."""
-    archive, stamp = folder() / ARCHIVE, folder() / FINGERPRINT
-    if os.environ.get("SLUICE_CLASS_DATA") == "off" or not (archive.exists() and stamp.exists()):
-        return ""
-    if stamp.read_text().strip() != fingerprint(spark_home, jars):
-        return ""
-    return f"-XX:SharedArchiveFile={archive} {QUIET}"
+from sluice.runtime import (
+    ARCHIVE,
+    FINGERPRINT,
+    JOBS_DIR,
+    LOG4J_OPTION,
+    QUIET,
+    archive_folder,
+    fingerprint,
+    java_options,
+    spark_conf,
+    spark_home,
+    spark_jars,
+    submit_env,
+)
 
 
 def build(force: bool = False) -> str:
     """Run :mod:`jobs.warmup` with ``-XX:ArchiveClassesAtExit`` unless the archive is current.
     What it did, in one line."""
-    from sluice.ops.submit import JOBS_DIR, LOG4J_OPTION, Submission, spark_conf, spark_home, spark_jars, submit_env
+    from sluice.ops.submit import Submission
 
     home, jars = spark_home(), spark_jars()
     wanted = fingerprint(home, jars)
     if wanted is None:
         return "no class-data archive: no JDK found"
     if not force and java_options(home, jars):
-        return f"class-data archive is current: {folder() / ARCHIVE}"
-    folder().mkdir(parents=True, exist_ok=True)
+        return f"class-data archive is current: {archive_folder() / ARCHIVE}"
+    archive_folder().mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="sluice-cds-") as work:
-        partial = folder() / f"{ARCHIVE}.partial"
+        partial = archive_folder() / f"{ARCHIVE}.partial"
         # Without S3A's jars in front of the class path: drivers that have them get no archive.
         conf = {k: v for k, v in spark_conf().items() if not k.endswith(".extraClassPath")} | {
             "spark.driver.extraJavaOptions": f"{LOG4J_OPTION} -XX:ArchiveClassesAtExit={partial} {QUIET}",
@@ -103,10 +68,10 @@ def build(force: bool = False) -> str:
             lines = (done.stdout + done.stderr).splitlines()
             errors = [line for line in lines if "Error" in line or "Exception" in line] or lines[-1:] or ["no output"]
             raise RuntimeError(f"building the class-data archive failed (exit {done.returncode}): {errors[-1]}")
-    partial.replace(folder() / ARCHIVE)
-    (folder() / FINGERPRINT).write_text(wanted + "\n")
-    size = (folder() / ARCHIVE).stat().st_size
-    return f"class-data archive built: {folder() / ARCHIVE} ({size / 2**20:.0f} MiB)"
+    partial.replace(archive_folder() / ARCHIVE)
+    (archive_folder() / FINGERPRINT).write_text(wanted + "\n")
+    size = (archive_folder() / ARCHIVE).stat().st_size
+    return f"class-data archive built: {archive_folder() / ARCHIVE} ({size / 2**20:.0f} MiB)"
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ import urllib.request
 from typing import Protocol
 
 from sluice.errors import JobFailed
-from sluice.ops.submit import Submission, default_master, spark_submit_binary, submit_env
+from sluice.ops.submit import Submission
+from sluice.runtime import default_master, spark_submit_binary, submit_env
 
 
 class SparkTarget(Protocol):

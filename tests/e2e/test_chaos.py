@@ -33,9 +33,10 @@ from sluice.dev.produce import Delivered, send
 from sluice.errors import NothingToDo
 from sluice.ops import stream
 from sluice.ops.backfill import BackfillError, plan
-from sluice.ops.submit import ingest_submission, submit_env
+from sluice.ops.submit import ingest_submission
 from sluice.records.checkpoint import read_committed
 from sluice.records.run import Driver
+from sluice.runtime import submit_env
 from sluice.spec import Pipeline
 from tests.fixtures import KAFKA_KEYS, all_audit_totals, kafka_keys, make_pipeline, new_topic, read_without_spark
 

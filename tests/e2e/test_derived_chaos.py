@@ -19,7 +19,8 @@ import pytest
 from sluice import faults
 from sluice.dev.generate import Record
 from sluice.dev.produce import send
-from sluice.ops.submit import ingest_submission, submit_env
+from sluice.ops.submit import ingest_submission
+from sluice.runtime import submit_env
 from sluice.spec import Pipeline, load_pipeline
 from tests import eventtime_model as model
 from tests.derived_tables import audits, check_late, derived_spec, pushes_table, sessions_table

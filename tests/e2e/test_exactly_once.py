@@ -20,8 +20,9 @@ import pytest
 from sluice import config, faults
 from sluice.dev.generate import EventGenerator
 from sluice.dev.produce import send, synthetic
-from sluice.ops.submit import ingest_submission, submit_env
+from sluice.ops.submit import ingest_submission
 from sluice.records.checkpoint import SPEC_FILE
+from sluice.runtime import submit_env
 from sluice.spec import Pipeline
 from tests.fixtures import KAFKA_KEYS, audit_totals, kafka_keys, make_pipeline, new_topic, read_without_spark
 

@@ -12,8 +12,9 @@ import pytest
 from sluice.dev.generate import EventGenerator
 from sluice.dev.produce import send, synthetic
 from sluice.ops import stream
-from sluice.ops.submit import ingest_submission, submit_env
+from sluice.ops.submit import ingest_submission
 from sluice.records.run import Status
+from sluice.runtime import submit_env
 from tests.fixtures import KAFKA_KEYS, kafka_keys, make_pipeline, new_topic, read_without_spark
 
 pytestmark = [pytest.mark.e2e, pytest.mark.chaos]

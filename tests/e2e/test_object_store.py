@@ -32,10 +32,10 @@ from sluice.dev.generate import EventGenerator
 from sluice.dev.objectstore import S3Server
 from sluice.dev.produce import send, synthetic
 from sluice.ops import stream
-from sluice.ops.submit import submit_env
 from sluice.ops.target import LocalTarget
 from sluice.records.checkpoint import read_committed
 from sluice.records.tables import read_shape
+from sluice.runtime import submit_env
 from sluice.topics import end_offsets
 from tests.fixtures import (
     all_audit_totals,

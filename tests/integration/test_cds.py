@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sluice.ops.submit import Submission, class_data_options, spark_jars, submit_env
+from sluice.ops.submit import Submission
+from sluice.runtime import class_data_options, spark_jars, submit_env
 
 pytestmark = pytest.mark.integration
 

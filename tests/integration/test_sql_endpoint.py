@@ -28,8 +28,8 @@ from sluice.dev.generate import EventGenerator
 from sluice.dev.ports import free_port
 from sluice.dev.produce import send, synthetic
 from sluice.ops import sql as ops
-from sluice.ops.submit import spark_home
 from sluice.ops.target import LocalTarget
+from sluice.runtime import spark_home
 from sluice.spec import Pipeline
 from sluice.sql import passwords
 from sluice.sql.client import EndpointSession, SqlError

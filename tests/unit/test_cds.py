@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.ops import cds
+from sluice import runtime
 
 
 @pytest.fixture
@@ -20,17 +20,17 @@ def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
     (tmp_path / "delta.jar").write_bytes(b"delta")
     monkeypatch.setenv("JAVA_HOME", str(jdk))
     monkeypatch.setenv("SLUICE_JARS", str(jars))
-    return {"jdk": jdk, "spark": spark, "delta": tmp_path / "delta.jar", "archive": jars / "cds" / cds.ARCHIVE}
+    return {"jdk": jdk, "spark": spark, "delta": tmp_path / "delta.jar", "archive": jars / "cds" / runtime.ARCHIVE}
 
 
 def current(host: dict[str, Path]) -> str:
-    return cds.java_options(str(host["spark"]), [str(host["delta"])])
+    return runtime.java_options(str(host["spark"]), [str(host["delta"])])
 
 
 def stamp(host: dict[str, Path]) -> None:
     host["archive"].write_bytes(b"classes")
-    fp = cds.fingerprint(str(host["spark"]), [str(host["delta"])])
-    (host["archive"].parent / cds.FINGERPRINT).write_text(f"{fp}\n")
+    fp = runtime.fingerprint(str(host["spark"]), [str(host["delta"])])
+    (host["archive"].parent / runtime.FINGERPRINT).write_text(f"{fp}\n")
 
 
 def test_no_archive_no_option(host: dict[str, Path]) -> None:

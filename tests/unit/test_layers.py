@@ -33,6 +33,19 @@ def test_the_spec_package_imports_no_adapter_engine_or_network_library() -> None
     assert bad == set()
 
 
+def test_the_jobs_import_neither_the_launcher_nor_the_front_ends() -> None:
+    # What a job needs of Spark's settings is in sluice.runtime, below both sides.
+    bad = {
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in sorted((ROOT / "jobs").glob("*.py"))
+        for name in imports(path)
+        if any(
+            name == banned or name.startswith(banned + ".") for banned in ("sluice.ops", "sluice.airflow", "sluice.cli")
+        )
+    }
+    assert bad == set()
+
+
 def test_the_check_sees_an_import_it_forbids(tmp_path: Path) -> None:
     probe = tmp_path / "probe.py"
     probe.write_text("from sluice import registry\nimport urllib.request\n")
