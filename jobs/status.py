@@ -1,4 +1,4 @@
-"""The job's own report of its state, read by supervision (see :mod:`sluice.ops.stream`).
+"""The job's own report of its state, read by supervision (see :mod:`sluice.ops.supervision`).
 
 Written to the run-state store every second while the query runs: a heartbeat
 (``updated_at``), the Spark application id and UI, the query and run ids, and a summary of the

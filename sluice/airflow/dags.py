@@ -4,7 +4,7 @@ Per spec ``sluice_<name>``: scheduled, it supervises the stream (restart it from
 if it died, fail when it is stalled or lagging; start it only if the spec says ``autostart``,
 and leave it to a run someone triggered meanwhile); triggered
 from the UI, a parameter form offers start, stop, restart, supervise and backfill. The
-stream itself is launched detached (see :mod:`sluice.ops.stream`), so no worker slot is
+stream itself is launched detached (see :mod:`sluice.ops.drivers`), so no worker slot is
 held while it runs. The last task publishes the table's Asset when new batches landed.
 
 Per Delta spec ``sluice_<name>_maintenance``: OPTIMIZE recent partitions, then VACUUM.

@@ -121,7 +121,7 @@ def control(spec_path: str, action: str) -> None:
     """supervise, start, stop or restart, as the form (or the schedule: supervise) asks."""
     from sluice.airflow.forms import launch_options
     from sluice.airflow.target import AirflowTarget
-    from sluice.ops import stream
+    from sluice.ops import stream, supervision
 
     params: dict[str, Any] = get_current_context()["params"]
     by = _who()
@@ -139,7 +139,9 @@ def control(spec_path: str, action: str) -> None:
             if _left_to_a_waiting_run(pipeline.name, "stream"):
                 return
             start_new = _asked_by_a_person() or pipeline.spec.supervision.autostart
-            done = stream.supervise(pipeline, target, by=by, start_new=start_new, **launch_options(pipeline, params))
+            done = supervision.supervise(
+                pipeline, target, by=by, start_new=start_new, **launch_options(pipeline, params)
+            )
             log.info("%s: %s", pipeline.name, done.note or done.status.verdict.reason)
             if done.started:
                 _log_started(done.started, target.master)

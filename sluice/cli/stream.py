@@ -100,10 +100,10 @@ def rebuild(
 
 def supervise(spec: SpecArg, master: Master = None) -> None:
     """One supervision pass: start (even a stream that never ran) or restart if needed, fail if unhealthy."""
-    from sluice.ops import stream
+    from sluice.ops import supervision
     from sluice.ops.target import LocalTarget
 
-    done = stream.supervise(load(spec), LocalTarget(master), by="sluice supervise")
+    done = supervision.supervise(load(spec), LocalTarget(master), by="sluice supervise")
     say(done.note or done.status.verdict.reason)
     if done.started:
         say(done.started.summary())
@@ -113,10 +113,10 @@ def status(spec: SpecArg, as_json: JsonOut = False) -> None:
     """Is the stream running, how far behind Kafka is it, and what would scheduled supervision do? Exit 1 if unhealthy."""
     from rich.table import Table
 
-    from sluice.ops import stream
+    from sluice.ops import supervision
 
     p = load(spec)
-    st = stream.status(p, start_new=p.spec.supervision.autostart)
+    st = supervision.status(p, start_new=p.spec.supervision.autostart)
     if as_json:
         print_json(st.as_dict())
         raise typer.Exit(0 if st.healthy else 1)

@@ -1,6 +1,6 @@
 """Is a stream healthy, and what should supervision do? Pure: every input is a number.
 
-:func:`sluice.ops.stream.status` gathers an :class:`Observation` (the run files, the
+:func:`sluice.ops.supervision.status` gathers an :class:`Observation` (the run files, the
 checkpoint's commit log, the broker's end offsets or the upstream table's versions);
 :func:`assess` turns it into a :class:`Verdict`: start, restart from the checkpoint, wait
 before restarting a stream that just failed, nothing, or fail loudly because the stream is

@@ -28,7 +28,7 @@ from jobs.sinks import read_table
 from sluice.dev.generate import EventGenerator
 from sluice.dev.ports import free_port
 from sluice.dev.produce import send, synthetic
-from sluice.ops import stream
+from sluice.ops import drivers
 from sluice.records.run import Driver
 from tests.fixtures import chromium, make_pipeline, new_topic
 
@@ -341,7 +341,7 @@ def test_the_trigger_form_in_chromium(airflow, server, broker, spark) -> None:
         page.keyboard.press("Enter")
         stopped = run(form)
         assert stopped["run"] == "success" and stopped["stop"] == "success", stopped
-        assert stream.driver_process(pipeline) is None
+        assert drivers.driver_process(pipeline) is None
 
         # A negative offset: the field does not turn it into 0 (a backfill of everything);
         # it cannot hold it, so the run fails at once, naming the fields.

@@ -15,7 +15,7 @@ import pytest
 from jobs.sinks import read_table
 from sluice.dev.generate import EventGenerator
 from sluice.dev.produce import send, synthetic
-from sluice.ops import stream
+from sluice.ops import drivers, processes, stream
 from sluice.records.run import Driver, Status
 from sluice.spec import Pipeline
 from tests.fixtures import audit_totals, make_pipeline, new_topic
@@ -35,7 +35,7 @@ def wait_for(what: str, condition: Callable[[], bool], pipeline: Pipeline, timeo
     while not condition():
         if time.monotonic() > deadline:
             driver = Driver.read(pipeline.name)
-            tail = stream.log_tail(driver.log, 60) if driver else "(no driver)"
+            tail = processes.log_tail(driver.log, 60) if driver else "(no driver)"
             pytest.fail(f"timed out waiting for {what}; totals {audit_totals(pipeline)}\n{tail}")
         time.sleep(1)
 
@@ -66,7 +66,7 @@ def test_start_backfill_kill_supervise_stall_stop(airflow, broker, spark, tmp_pa
     )
     dag = "sluice_lifecycle"
     # A failure midway must not leave a stream running under the rest of the suite.
-    request.addfinalizer(lambda: stream.driver_process(pipeline) and stream.stop(pipeline, by="test", timeout=60))
+    request.addfinalizer(lambda: drivers.driver_process(pipeline) and stream.stop(pipeline, by="test", timeout=60))
     missed = produce(pipeline, topic, broker, 120, seed=1)  # before the stream starts at 'latest'
 
     run = airflow.dags_test(dag, {"action": "start"})
@@ -111,7 +111,7 @@ def test_start_backfill_kill_supervise_stall_stop(airflow, broker, spark, tmp_pa
     wait_for("the records sent while it was down", lambda: committed_in(pipeline) >= 350, pipeline)
 
     # Alive but frozen: supervision fails the run with the reason, and does not restart it.
-    proc = stream.driver_process(pipeline)
+    proc = drivers.driver_process(pipeline)
     assert proc is not None
     proc.send_signal(signal.SIGSTOP)
     try:
@@ -127,11 +127,11 @@ def test_start_backfill_kill_supervise_stall_stop(airflow, broker, spark, tmp_pa
     run = airflow.dags_test(dag, {"action": "stop"})
     assert run.state == "success", run.log[-4000:]
     assert "stopped lifecycle gracefully" in run.log and f"(Python driver pid {python_pid})" in run.log
-    assert stream.driver_process(pipeline) is None
+    assert drivers.driver_process(pipeline) is None
     assert Status.read("lifecycle").state == "stopped"
     run = airflow.dags_test(dag)  # a scheduled supervision leaves it stopped
     assert run.state == "success" and "stopped on request" in run.log, run.log[-4000:]
-    assert stream.driver_process(pipeline) is None
+    assert drivers.driver_process(pipeline) is None
 
     # Nothing lost, nothing repeated across start, backfill, kill, restart, stall and stop.
     sent = {(r.partition, r.offset) for r in missed + live + later}

@@ -31,7 +31,7 @@ import pytest
 from sluice.dev.generate import EventGenerator, Record
 from sluice.dev.produce import Delivered, send
 from sluice.errors import NothingToDo
-from sluice.ops import stream
+from sluice.ops import drivers, stream
 from sluice.ops.backfill import BackfillError, plan
 from sluice.ops.submit import ingest_submission
 from sluice.records.checkpoint import read_committed
@@ -78,7 +78,7 @@ class Schedule:
 
     @property
     def running(self) -> bool:
-        return stream.driver_process(self.pipeline) is not None
+        return drivers.driver_process(self.pipeline) is not None
 
     # --- actions --------------------------------------------------------------------
 
@@ -97,8 +97,8 @@ class Schedule:
 
     def start(self) -> None:
         sub = ingest_submission(self.pipeline.spec_path, pipeline_name=self.pipeline.name)
-        self.driver = stream.launch(self.pipeline, sub.command(), submit_env(sub.master), launched_by="chaos")
-        stream.wait_running(self.pipeline, self.driver)
+        self.driver = drivers.launch(self.pipeline, sub.command(), submit_env(sub.master), launched_by="chaos")
+        drivers.wait_running(self.pipeline, self.driver)
         self.note(f"start as {self.pipeline.name}")
 
     def stop(self) -> None:

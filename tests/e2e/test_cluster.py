@@ -40,7 +40,7 @@ from sluice.dev.generate import EventGenerator
 from sluice.dev.layout import Layout
 from sluice.dev.produce import send, synthetic
 from sluice.errors import AlreadyRunning
-from sluice.ops import stream
+from sluice.ops import drivers, processes, stream, supervision
 from sluice.ops.target import LocalTarget
 from sluice.records.checkpoint import read_committed
 from sluice.records.run import Driver, Status
@@ -122,7 +122,7 @@ def running(layout: Layout, name: str) -> psutil.Process:
 
 def driver_log(p: Pipeline) -> str:
     d = Driver.read(p.name)
-    return stream.log_tail(d.log, 60) if d is not None and Path(d.log).exists() else f"no driver log for {p.name}"
+    return processes.log_tail(d.log, 60) if d is not None and Path(d.log).exists() else f"no driver log for {p.name}"
 
 
 #: Executor log lines that tell where a continuous branch's records went.
@@ -188,7 +188,7 @@ def test_killing_a_partition_leader_mid_stream_loses_nothing(hosts: Layout, caps
         sent |= report["sent"]
         wait_written(p, len(sent), lambda: driver_log(p))
         recovered = time.monotonic() - killed
-        st = stream.status(p)
+        st = supervision.status(p)
         assert st.observation.alive, st.verdict.reason  # the stream went on: no restart needed
     finally:
         stream.stop(p, by="drill")
@@ -222,7 +222,7 @@ def test_killing_a_spark_worker_mid_batch_loses_nothing(hosts: Layout, capsys) -
         killed = time.monotonic()
         wait_written(p, len(sent), lambda: driver_log(p))
         recovered = time.monotonic() - killed
-        st = stream.status(p)
+        st = supervision.status(p)
         assert st.observation.alive, st.verdict.reason  # the other worker's executor took the tasks over
     finally:
         stream.stop(p, by="drill")
@@ -483,7 +483,7 @@ def wait_driver(p: Pipeline, ok: Callable[[Driver], bool], timeout: float, why: 
     deadline = time.monotonic() + timeout
     while True:
         d = Driver.read(p.name)
-        if d is not None and ok(d) and stream.status(p).observation.alive:
+        if d is not None and ok(d) and supervision.status(p).observation.alive:
             return d
         assert time.monotonic() < deadline, f"{why}\n{driver_log(p)}"
         time.sleep(1)
@@ -573,11 +573,11 @@ def test_a_lost_celery_worker_and_a_restarted_scheduler_lose_no_stream(hosts: La
             workers[task] = ran[task]["hostname"]
             assert workers[task] in ("worker-1", "worker-2"), ran[task]
         stopped_at = time.time()
-        assert not stream.status(p).observation.alive
+        assert not supervision.status(p).observation.alive
         while not api.supervised_since(dag, stopped_at):
             assert time.time() - stopped_at < 120, "no scheduled supervision succeeded after the stop"
             time.sleep(0.5)
-        assert not stream.status(p).observation.alive, "supervision started what the user stopped"
+        assert not supervision.status(p).observation.alive, "supervision started what the user stopped"
     finally:
         api.call("PATCH", f"/api/v2/dags/{dag}", {"is_paused": True})
         stream.stop(p, by="drill")
@@ -651,7 +651,7 @@ class Schedule:
         self.mp.setenv("SLUICE_HOSTNAME", other)
         with pytest.raises(AlreadyRunning, match=f"already running on worker-{self.host + 1}"):
             stream.start(self.p, self.target, by=f"schedule on {other}")  # its lease is live: refused
-        while stream.running(self.p) is not None:
+        while drivers.running(self.p) is not None:
             assert time.monotonic() - began < SCHEDULE_TTL + 30, "the lease did not expire"
             time.sleep(0.2)
         return self.launch()
@@ -660,9 +660,9 @@ class Schedule:
         """Wait for every record, starting the stream again if it stopped (supervision's part)."""
         began = time.monotonic()
         while len(set(written_keys(self.p))) < len(self.sent):
-            if stream.running(self.p) is None:
+            if drivers.running(self.p) is None:
                 self.said.append("restarted by supervision")
-                stream.supervise(self.p, self.target, by="schedule")
+                supervision.supervise(self.p, self.target, by="schedule")
             assert time.monotonic() - began < timeout, driver_log(self.p)
             time.sleep(1)
 
@@ -751,7 +751,7 @@ def test_a_random_schedule_of_faults_across_hosts_loses_and_doubles_nothing(
             for name in run.steps:
                 run.step(name)
         finally:
-            if stream.running(run.p) is not None:
+            if drivers.running(run.p) is not None:
                 stream.stop(run.p, by="schedule")
         result = exactly_once(run.p, run.sent)
         with capsys.disabled():

@@ -11,7 +11,7 @@ import pytest
 
 from sluice.dev.generate import EventGenerator
 from sluice.dev.produce import send, synthetic
-from sluice.ops import stream
+from sluice.ops import drivers, processes, stream
 from sluice.ops.submit import ingest_submission
 from sluice.records.run import Status
 from sluice.runtime import submit_env
@@ -36,11 +36,11 @@ def test_stop_with_a_backlog_ends_after_the_batch_in_progress(broker, tmp_path) 
     )
     report = send(broker.bootstrap, topic, synthetic(EventGenerator(pipeline, seed=7), 600, 0.05), keep=True)
     sub = ingest_submission(pipeline.spec_path, pipeline_name=pipeline.name)
-    driver = stream.launch(pipeline, sub.command(), submit_env(sub.master), launched_by="test")
-    stream.wait_running(pipeline, driver)
+    driver = drivers.launch(pipeline, sub.command(), submit_env(sub.master), launched_by="test")
+    drivers.wait_running(pipeline, driver)
     deadline = time.monotonic() + 240
     while batches_done(pipeline) < 3:
-        assert time.monotonic() < deadline, stream.log_tail(driver.log)
+        assert time.monotonic() < deadline, processes.log_tail(driver.log)
         time.sleep(0.2)
 
     before = batches_done(pipeline)
@@ -60,10 +60,10 @@ def test_stop_with_a_backlog_ends_after_the_batch_in_progress(broker, tmp_path) 
         tmp_path, topic, name=pipeline.name, sink={"format": "parquet"}, source={"max_offsets_per_trigger": 1000}
     )
     sub = ingest_submission(pipeline.spec_path, pipeline_name=pipeline.name, available_now=True)
-    finished = stream.launch(pipeline, sub.command(), submit_env(sub.master), launched_by="test", desired="once")
+    finished = drivers.launch(pipeline, sub.command(), submit_env(sub.master), launched_by="test", desired="once")
     deadline = time.monotonic() + 600
-    while stream.driver_process(pipeline) is not None or (Status.read(pipeline.name).state != "finished"):
-        assert time.monotonic() < deadline, stream.log_tail(finished.log)
+    while drivers.driver_process(pipeline) is not None or (Status.read(pipeline.name).state != "finished"):
+        assert time.monotonic() < deadline, processes.log_tail(finished.log)
         time.sleep(1)
     out = kafka_keys(read_without_spark("parquet", pipeline.sink_path, KAFKA_KEYS))
     quarantined = kafka_keys(read_without_spark("parquet", pipeline.quarantine_path, KAFKA_KEYS))

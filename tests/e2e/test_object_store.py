@@ -31,7 +31,7 @@ from sluice import storage
 from sluice.dev.generate import EventGenerator
 from sluice.dev.objectstore import S3Server
 from sluice.dev.produce import send, synthetic
-from sluice.ops import stream
+from sluice.ops import processes, stream, supervision
 from sluice.ops.target import LocalTarget
 from sluice.records.checkpoint import read_committed
 from sluice.records.tables import read_shape
@@ -190,16 +190,16 @@ def test_the_s3_server_restarted_while_a_stream_commits_loses_and_doubles_nothin
     target = LocalTarget("local[2]")
     started = stream.start(p, target, by="drill")
     produce(300)
-    wait_written(p, 100, lambda: stream.log_tail(started.driver.log, 60))  # batches are committing
+    wait_written(p, 100, lambda: processes.log_tail(started.driver.log, 60))  # batches are committing
     produce(300)
     down = object_store.restart(down_for=3.0)
     restarts = 0
     began = time.monotonic()
     while len(set(written_keys(p))) < len(sent):
         # Supervision's part: a driver that gave up while the store was away is started again.
-        if stream.supervise(p, target, by="drill").started is not None:
+        if supervision.supervise(p, target, by="drill").started is not None:
             restarts += 1
-        assert time.monotonic() - began < 300, stream.log_tail(started.driver.log, 80)
+        assert time.monotonic() - began < 300, processes.log_tail(started.driver.log, 80)
         time.sleep(1)
     recovered = time.monotonic() - began
     stream.stop(p, by="drill")
@@ -278,7 +278,9 @@ def test_every_writer_of_one_delta_table_on_s3_meets_the_others_and_loses_nothin
     feeder = threading.Thread(target=keep_producing)
     feeder.start()
     try:
-        wait_written(p, 20, lambda: stream.log_tail(started.driver.log, 60))  # the backfill re-reads what it committed
+        wait_written(
+            p, 20, lambda: processes.log_tail(started.driver.log, 60)
+        )  # the backfill re-reads what it committed
         send(broker.bootstrap, other_topic, synthetic(other_gen, 100))
         proxy.hold(events_log, timeout=180)  # the two streams' event-log rows
         with through_the_proxy():
@@ -294,7 +296,7 @@ def test_every_writer_of_one_delta_table_on_s3_meets_the_others_and_loses_nothin
         producing.set()
         feeder.join()
     try:
-        wait_written(p, len(sent), lambda: f"held: {proxy.held}\n{stream.log_tail(started.driver.log, 60)}", 300)
+        wait_written(p, len(sent), lambda: f"held: {proxy.held}\n{processes.log_tail(started.driver.log, 60)}", 300)
         deadline = time.monotonic() + 120
         while len(proxy.raced()) < 3 and time.monotonic() < deadline:  # the event logs meet at a flush
             time.sleep(1)

@@ -20,7 +20,7 @@ import pytest
 
 from sluice.dev.generate import EventGenerator
 from sluice.dev.produce import send, synthetic
-from sluice.ops import stream
+from sluice.ops import drivers, processes, stream
 from sluice.ops.target import LocalTarget
 from tests.fixtures import exactly_once, make_pipeline, new_topic, shared_state, wait_written
 
@@ -74,16 +74,16 @@ def test_the_store_stopped_for_less_then_for_more_than_the_lease(broker, postgre
     log = Path(started.driver.log)
     try:
         records.send(200)
-        wait_written(p, 200, lambda: stream.log_tail(started.driver.log, 60))
-        holder = stream.running(p)
+        wait_written(p, 200, lambda: processes.log_tail(started.driver.log, 60))
+        holder = drivers.running(p)
         assert holder is not None
 
         # Shorter than the lease: nothing stops.
         arriving = records.meanwhile(8)
         short = postgres.restart(down_for=TTL / 3)
         arriving.join()
-        wait_written(p, len(records.sent), lambda: stream.log_tail(started.driver.log, 80))
-        after_short = stream.running(p)
+        wait_written(p, len(records.sent), lambda: processes.log_tail(started.driver.log, 80))
+        after_short = drivers.running(p)
         assert after_short is not None and (after_short.pid, after_short.epoch) == (holder.pid, holder.epoch)
 
         # Longer than the lease: the driver stops writing, then takes its lease back.
@@ -91,15 +91,15 @@ def test_the_store_stopped_for_less_then_for_more_than_the_lease(broker, postgre
         postgres.stop(remove=False)
         stopped_at = time.monotonic()
         while WAITING not in log.read_text(errors="replace"):  # its next batch found the lease out of date
-            assert time.monotonic() - stopped_at < TTL + 120, stream.log_tail(started.driver.log, 80)
+            assert time.monotonic() - stopped_at < TTL + 120, processes.log_tail(started.driver.log, 80)
             time.sleep(0.5)
         while time.monotonic() - stopped_at < TTL + 4:  # and stays so while the store is away, past the lease
             time.sleep(0.5)
         down = time.monotonic() - stopped_at
         postgres.start()
         arriving.join()
-        wait_written(p, len(records.sent), lambda: stream.log_tail(started.driver.log, 80), timeout=180)
-        back = stream.running(p)
+        wait_written(p, len(records.sent), lambda: processes.log_tail(started.driver.log, 80), timeout=180)
+        back = drivers.running(p)
         assert back is not None and (back.pid, back.epoch) == (holder.pid, holder.epoch), (holder, back)
     finally:
         if not (postgres.data / "postmaster.pid").exists():

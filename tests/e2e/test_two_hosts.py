@@ -22,7 +22,7 @@ import pytest
 from sluice import faults
 from sluice.dev.generate import EventGenerator
 from sluice.dev.produce import send, synthetic
-from sluice.ops import stream
+from sluice.ops import drivers, processes, stream
 from sluice.ops.target import LocalTarget
 from sluice.records.run import Driver
 from sluice.state import store
@@ -38,7 +38,7 @@ ROUNDS = int(os.environ.get("SLUICE_SUPERVISION_ROUNDS", "8"))
 SUPERVISE = """
 import json, sys, time
 from sluice.errors import AlreadyRunning
-from sluice.ops import stream
+from sluice.ops import supervision
 from sluice.spec import load_pipeline
 from tests.unit.fake_target import FakeTarget
 from pathlib import Path
@@ -46,7 +46,7 @@ from pathlib import Path
 pipeline, at = load_pipeline(sys.argv[1]), float(sys.argv[3])
 target = FakeTarget(Path(sys.argv[2]))
 time.sleep(max(0.0, at - time.time()))
-done = stream.supervise(pipeline, target, by="drill", offsets=lambda _: {})
+done = supervision.supervise(pipeline, target, by="drill", offsets=lambda _: {})
 print(json.dumps({"started": done.started is not None}))
 """
 
@@ -74,18 +74,18 @@ def test_two_hosts_supervising_at_once_start_one_driver(sluice_home, postgres, t
         outs = [p.communicate(timeout=60) for p in passes]
         assert all(p.returncode == 0 for p in passes), outs
         started = [o for o, _ in outs if '"started": true' in o]
-        drivers = [
+        found = [
             p
             for p in psutil.process_iter(["cmdline"])
             if any(part.endswith("fake/ingest.py") for part in p.info["cmdline"] or [])
             and "twice" in (p.info["cmdline"] or [])
         ]
-        assert len(started) == 1 and len(drivers) == 1, f"round {round_}: {outs}, {len(drivers)} drivers"
-        holder = stream.running(pipeline)
-        assert holder is not None and holder.pid == drivers[0].pid
+        assert len(started) == 1 and len(found) == 1, f"round {round_}: {outs}, {len(found)} drivers"
+        holder = drivers.running(pipeline)
+        assert holder is not None and holder.pid == found[0].pid
         monkeypatch.setenv("SLUICE_HOSTNAME", "worker-c")  # stopped from a third host, through the store
         assert "gracefully" in stream.stop(pipeline, by="drill", timeout=30)
-        drivers[0].wait(10)
+        found[0].wait(10)
 
 
 #: The fault points of each format's commit path where a driver pauses (sluice/faults.py).
@@ -146,7 +146,7 @@ def test_a_driver_paused_at_each_point_of_its_commit_loses_and_doubles_nothing(
     for i, point in enumerate([*PAUSE_POINTS[fmt], None]):
         if paused is not None:
             began = time.monotonic()
-            while stream.running(p) is not None:  # the paused driver's lease runs out; nobody takes it sooner
+            while drivers.running(p) is not None:  # the paused driver's lease runs out; nobody takes it sooner
                 assert time.monotonic() - began < ttl + 30, "the paused driver's lease did not expire"
                 time.sleep(0.2)
             took.append(time.monotonic() - began)
@@ -172,7 +172,7 @@ def test_a_driver_paused_at_each_point_of_its_commit_loses_and_doubles_nothing(
             assert code == 5 and "lost the lease" in text, f"paused at {where}: exit {code}\n{text[-3000:]}"
         paused = (started.driver.pid, log, point) if point is not None else None
     produce(40)
-    wait_written(p, len(sent), lambda: stream.log_tail((Driver.read(p.name) or started.driver).log, 60))
+    wait_written(p, len(sent), lambda: processes.log_tail((Driver.read(p.name) or started.driver).log, 60))
     stream.stop(p, by="drill")
     result = exactly_once(p, sent)
     with capsys.disabled():

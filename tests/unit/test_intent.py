@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from sluice import faults
-from sluice.ops import stream
+from sluice.ops import drivers, stream, supervision
 from sluice.records.run import Driver, Status
 from sluice.spec import Pipeline
 from tests.fixtures import make_pipeline
@@ -111,7 +111,7 @@ def a_stream_that_died(home: Path) -> Pipeline:
 @pytest.mark.parametrize("seed", range(SEEDS))
 def test_a_stop_against_a_supervision_pass_stays_stopped(home: Path, seed: int) -> None:
     pipeline, target = a_stream_that_died(home), FakeTarget(home)
-    assert stream.status(pipeline, no_lag).verdict.action == "restart"
+    assert supervision.status(pipeline, no_lag).verdict.action == "restart"
     schedule = Interleaving(seed)
     said: dict[str, object] = {}
     with (
@@ -122,7 +122,7 @@ def test_a_stop_against_a_supervision_pass_stays_stopped(home: Path, seed: int) 
         errors = schedule.run(
             {
                 "supervise": lambda: said.update(
-                    supervised=stream.supervise(pipeline, target, by="the schedule", offsets=no_lag)
+                    supervised=supervision.supervise(pipeline, target, by="the schedule", offsets=no_lag)
                 ),
                 "stop": lambda: said.update(stopped=stream.stop(pipeline, by="a person", timeout=60)),
             }
@@ -130,13 +130,13 @@ def test_a_stop_against_a_supervision_pass_stays_stopped(home: Path, seed: int) 
     assert not errors, (schedule.order, errors)
     # Whatever ran, nothing runs once the stop has returned, and it stays so.
     deadline = time.monotonic() + 30
-    while stream.running(pipeline) is not None:
-        assert time.monotonic() < deadline, (schedule.order, said, stream.running(pipeline))
+    while drivers.running(pipeline) is not None:
+        assert time.monotonic() < deadline, (schedule.order, said, drivers.running(pipeline))
         time.sleep(0.1)
     driver = Driver.read(pipeline.name)
     assert driver is not None and driver.desired == "stopped" and driver.stopped_by == "a person", (
         schedule.order,
         driver,
     )
-    again = stream.supervise(pipeline, target, by="the schedule", offsets=no_lag)
+    again = supervision.supervise(pipeline, target, by="the schedule", offsets=no_lag)
     assert again.started is None and again.status.verdict.action == "none", (schedule.order, again.status.verdict)

@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from sluice.errors import AlreadyRunning, InvalidInput, JobFailed, NothingToDo, StartFailed, StreamUnhealthy
-from sluice.ops import backfill, publish, stream, validate
+from sluice.ops import backfill, drivers, publish, stream, supervision, validate
 from sluice.records.audit import BatchAudit, file_name
 from sluice.records.backfill import BackfillPlan
 from sluice.records.run import FORGET_AFTER, Driver, Failures, Status
@@ -47,7 +47,7 @@ def test_start_status_stop_and_a_second_start(home: Path, pipeline: Pipeline) ->
         stream.start(pipeline, target, by="test")
     assert len(target.launched) == 1
 
-    st = stream.status(pipeline, no_lag)
+    st = supervision.status(pipeline, no_lag)
     assert st.observation.alive and st.verdict.action == "none" and st.healthy and st.broker_error is None
 
     said = stream.stop(pipeline, by="test stop")
@@ -57,7 +57,7 @@ def test_start_status_stop_and_a_second_start(home: Path, pipeline: Pipeline) ->
     assert (Status.read(pipeline.name) or Status("", "", 0, 0)).state == "stopped"
     assert stream.stop(pipeline, by="again") == f"{pipeline.name} is not running; it stays stopped"
 
-    after = stream.status(pipeline, no_lag)
+    after = supervision.status(pipeline, no_lag)
     assert (
         not after.observation.alive and after.verdict.action == "none" and "stopped on request" in after.verdict.reason
     )
@@ -68,7 +68,7 @@ def test_run_once_is_recorded_as_once_and_not_restarted(home: Path, pipeline: Pi
     started = stream.start(pipeline, target, by="test", available_now=True)
     assert started.status.state == "finished" and started.driver.desired == "once"
     assert "--available-now" in target.launched[0].application_args
-    done = stream.supervise(pipeline, target, by="scheduler", offsets=no_lag)
+    done = supervision.supervise(pipeline, target, by="scheduler", offsets=no_lag)
     assert done.started is None and "ended (finished)" in done.status.verdict.reason
 
 
@@ -76,9 +76,9 @@ def test_a_driver_that_reported_its_end_is_not_running_while_it_lets_go(home: Pa
     # The job saves its final state a moment before it releases its lease; in between it is ending, not healthy.
     lease = locks.take(pipeline.name, locks.claims_for(pipeline), None)
     Status(pipeline.name, "running", os.getpid(), time.time(), "local-1").save(fence=lease)
-    assert stream.status(pipeline, no_lag).observation.alive
+    assert supervision.status(pipeline, no_lag).observation.alive
     Status(pipeline.name, "finished", os.getpid(), time.time(), "local-1").save(fence=lease)
-    st = stream.status(pipeline, no_lag)
+    st = supervision.status(pipeline, no_lag)
     assert not st.observation.alive and st.holder is None
     locks.release(lease)
 
@@ -92,15 +92,15 @@ def test_a_start_that_fails_says_why_with_the_log(home: Path, pipeline: Pipeline
 
 def test_supervise_starts_keeps_and_restarts(home: Path, pipeline: Pipeline) -> None:
     target = FakeTarget(home)
-    first = stream.supervise(pipeline, target, by="scheduler", offsets=no_lag)
+    first = supervision.supervise(pipeline, target, by="scheduler", offsets=no_lag)
     assert first.started is not None and first.status.verdict.action == "start"
 
-    again = stream.supervise(pipeline, target, by="scheduler", offsets=no_lag)
+    again = supervision.supervise(pipeline, target, by="scheduler", offsets=no_lag)
     assert again.started is None and again.status.verdict.reason.startswith("healthy")
 
     os.killpg(first.started.driver.pid, signal.SIGKILL)  # the driver dies
     psutil.wait_procs([psutil.Process(first.started.driver.pid)], timeout=5)
-    revived = stream.supervise(pipeline, target, by="scheduler", offsets=no_lag)
+    revived = supervision.supervise(pipeline, target, by="scheduler", offsets=no_lag)
     assert revived.status.verdict.action == "restart" and revived.started is not None
     assert revived.started.driver.pid != first.started.driver.pid
     assert len(target.launched) == 2
@@ -109,14 +109,14 @@ def test_supervise_starts_keeps_and_restarts(home: Path, pipeline: Pipeline) -> 
 def test_a_scheduled_supervision_starts_nothing_but_keeps_up_what_was_started(home: Path, pipeline: Pipeline) -> None:
     # Unpausing a DAG queues a scheduled supervision: it must not start a stream nobody asked for.
     target = FakeTarget(home)
-    idle = stream.supervise(pipeline, target, by="scheduler", offsets=no_lag, start_new=False)
+    idle = supervision.supervise(pipeline, target, by="scheduler", offsets=no_lag, start_new=False)
     assert idle.started is None and not target.launched
     assert idle.status.verdict.action == "none" and "sluice start" in idle.status.verdict.reason
 
     started = stream.start(pipeline, target, by="a person", available_now=False)
     os.killpg(started.driver.pid, signal.SIGKILL)
     psutil.wait_procs([psutil.Process(started.driver.pid)], timeout=5)
-    revived = stream.supervise(pipeline, target, by="scheduler", offsets=no_lag, start_new=False)
+    revived = supervision.supervise(pipeline, target, by="scheduler", offsets=no_lag, start_new=False)
     assert revived.status.verdict.action == "restart" and revived.started is not None
     assert len(target.launched) == 2
 
@@ -125,14 +125,14 @@ def test_supervise_fails_loudly_on_a_stalled_or_lagging_stream(home: Path, pipel
     stream.start(pipeline, FakeTarget(home, mode="hang"), by="test")
     time.sleep(1.3)  # no heartbeat for longer than max_stall
     with pytest.raises(StreamUnhealthy, match="has not reported") as unhealthy:
-        stream.supervise(pipeline, FakeTarget(home), by="scheduler", offsets=no_lag)
+        supervision.supervise(pipeline, FakeTarget(home), by="scheduler", offsets=no_lag)
     assert not unhealthy.value.transient
     stream.stop(pipeline, by="test", timeout=5)
 
     lagging = make_pipeline(home, "lagging", supervision={"max_lag": 10})
     stream.start(lagging, FakeTarget(home), by="test")
     with pytest.raises(StreamUnhealthy, match="lagging: 500 records"):
-        stream.supervise(lagging, FakeTarget(home), by="scheduler", offsets=lambda p: {"lagging": {0: 500}})
+        supervision.supervise(lagging, FakeTarget(home), by="scheduler", offsets=lambda p: {"lagging": {0: 500}})
 
 
 def wait_dead(pid: int) -> None:
@@ -145,38 +145,38 @@ def test_a_crash_loop_backs_off_then_stops_restarting_and_is_unhealthy_until_a_p
 ) -> None:
     pipeline = make_pipeline(home, "looping", supervision={"max_failures": 3, "backoff": "1 second"})
     target = FakeTarget(home, mode="crash")
-    first = stream.supervise(pipeline, target, by="scheduler", offsets=no_lag)
+    first = supervision.supervise(pipeline, target, by="scheduler", offsets=no_lag)
     assert first.started is not None
     wait_dead(first.started.driver.pid)
 
-    st = stream.status(pipeline, no_lag)  # failed once: it waits out its back-off, unhealthy meanwhile
+    st = supervision.status(pipeline, no_lag)  # failed once: it waits out its back-off, unhealthy meanwhile
     assert st.verdict.action == "wait" and not st.healthy
     assert "failed on batch 2 (1 of 3 tries): expectation 'card_id_format' failed" in st.verdict.reason
-    assert stream.supervise(pipeline, target, by="scheduler", offsets=no_lag).started is None
+    assert supervision.supervise(pipeline, target, by="scheduler", offsets=no_lag).started is None
     assert len(target.launched) == 1
 
     for tries in (2, 3):  # 1 s, then 2 s: the back-off doubles
         time.sleep(2 ** (tries - 2) + 0.1)
-        again = stream.supervise(pipeline, target, by="scheduler", offsets=no_lag)
+        again = supervision.supervise(pipeline, target, by="scheduler", offsets=no_lag)
         assert again.status.verdict.action == "restart" and again.started is not None
         wait_dead(again.started.driver.pid)
         failures = Failures.read(pipeline.name)
         assert failures is not None and (failures.batch, failures.count) == (2, tries)
 
     with pytest.raises(StreamUnhealthy) as gave_up:  # the Airflow task fails: alerting fires
-        stream.supervise(pipeline, target, by="scheduler", offsets=no_lag)
+        supervision.supervise(pipeline, target, by="scheduler", offsets=no_lag)
     assert str(gave_up.value) == (
         "p_looping: failed 3 times in a row on batch 2, so it is not restarted again: expectation "
         "'card_id_format' failed for 1 of 1 records in batch 2. Once the cause is dealt with, start it "
         "again (`sluice start p_looping`, or action=start)"
     )
     assert not gave_up.value.transient and len(target.launched) == 3
-    failed = stream.status(pipeline, no_lag)
+    failed = supervision.status(pipeline, no_lag)
     assert failed.verdict.action == "failed" and not failed.healthy and not failed.as_dict()["healthy"]
 
     # A start a person asks for gets its own tries.
     stream.start(pipeline, FakeTarget(home), by="test")
-    assert Failures.read(pipeline.name) is None and stream.status(pipeline, no_lag).healthy
+    assert Failures.read(pipeline.name) is None and supervision.status(pipeline, no_lag).healthy
     stream.stop(pipeline, by="test", timeout=5)
 
 
@@ -212,7 +212,7 @@ def test_restart_stops_then_starts_from_the_checkpoint(home: Path, pipeline: Pip
 def test_a_driver_that_ignores_sigterm_is_terminated_after_the_timeout(home: Path, pipeline: Pipeline) -> None:
     started = stream.start(pipeline, FakeTarget(home, mode="ignore-term"), by="test")
     said = stream.stop(pipeline, by="test", timeout=1, grace=0.5)
-    assert "did not stop within 1s" in said and stream.driver_process(pipeline) is None
+    assert "did not stop within 1s" in said and drivers.driver_process(pipeline) is None
     assert not psutil.pid_exists(started.driver.pid)
 
 
@@ -220,7 +220,7 @@ def test_status_without_a_broker_still_shows_the_local_state(home: Path, pipelin
     def unreachable(_: Pipeline) -> dict[str, dict[int, int]]:
         raise KafkaException(KafkaError(KafkaError._TRANSPORT, "Connection refused"))
 
-    st = stream.status(pipeline, unreachable)
+    st = supervision.status(pipeline, unreachable)
     assert st.broker_error is not None and "did not answer" in st.broker_error
     assert st.observation.lag is None and st.verdict.action == "start"
 
@@ -377,19 +377,19 @@ def test_a_pid_in_a_record_is_no_driver_a_lease_is(home: Path, pipeline: Pipelin
     proc = subprocess.Popen(cmd)
     try:
         assert Driver(pipeline.name, proc.pid, cmd, "log", time.time(), "test").save_if_unchanged()
-        assert stream.running(pipeline) is None and stream.driver_process(pipeline) is None
+        assert drivers.running(pipeline) is None and drivers.driver_process(pipeline) is None
         assert stream.stop(pipeline, by="test") == f"{pipeline.name} is not running; it stays stopped"
         assert proc.poll() is None  # the other pipeline's driver runs on
 
         claims = locks.claims_for(pipeline)
         acquire(claims, Holder(pipeline.name, hostname(), proc.pid, "here"), ttl=60)
-        assert (held := stream.running(pipeline)) is not None and held.pid == proc.pid
+        assert (held := drivers.running(pipeline)) is not None and held.pid == proc.pid
         proc.kill()
         proc.wait()
-        assert stream.running(pipeline) is None  # gone from this host: free at once, not after 60 s
+        assert drivers.running(pipeline) is None  # gone from this host: free at once, not after 60 s
         acquire(claims, Holder(pipeline.name, "host-b", proc.pid, "there"), ttl=60)
-        assert (held := stream.running(pipeline)) is not None and held.host == "host-b"
-        assert stream.driver_process(pipeline) is None  # nothing to signal here
+        assert (held := drivers.running(pipeline)) is not None and held.host == "host-b"
+        assert drivers.driver_process(pipeline) is None  # nothing to signal here
         with pytest.raises(AlreadyRunning, match=f"{pipeline.name} is already running on host-b"):
             stream.start(pipeline, FakeTarget(home), by="test")
     finally:
@@ -423,7 +423,7 @@ def test_a_continuous_branch_short_of_cores_on_a_cluster_is_stopped_and_says_so(
     with pytest.raises(StartFailed, match=r"^fraud: the Spark cluster granted 1 of the 2 cores a continuous branch"):
         stream.start(fraud, target, by="test")
     assert target.launched[0].conf["spark.cores.max"] == "2"
-    assert stream.running(fraud) is None
+    assert drivers.running(fraud) is None
     driver = Driver.read("fraud")
     assert driver is not None and driver.desired == "stopped" and driver.stopped_by == "start: too few cores"
 
@@ -443,21 +443,21 @@ def test_status_says_who_supervises_the_stream(home: Path, pipeline: Pipeline) -
 
     now = time.time()
     every5 = make_pipeline(home, "events", name="every5", supervision={"schedule": "*/5 * * * *"})
-    assert stream.supervised_by(every5, None, now) == (
+    assert supervision.supervised_by(every5, None, now) == (
         "not supervised: no supervision pass recorded (is DAG sluice_every5 paused, or not deployed?)"
     )
     recent = SupervisionPass("every5", "airflow sluice_every5 (scheduled)", now - 70, "worker-2")
-    assert stream.supervised_by(every5, recent, now) == (
+    assert supervision.supervised_by(every5, recent, now) == (
         "supervised: last pass 70s ago on worker-2 (airflow sluice_every5 (scheduled)); DAG sluice_every5 runs */5 * * * *"
     )
     stale = SupervisionPass("every5", "airflow", now - 25 * 60, "worker-1")
-    said = stream.supervised_by(every5, stale, now)
+    said = supervision.supervised_by(every5, stale, now)
     assert said.startswith("not supervised: the last supervision pass was 25 min ago on worker-1"), said
     assert said.endswith("DAG sluice_every5 runs */5 * * * *: is it paused?"), said
     manual = make_pipeline(home, "events", name="manual", supervision={"schedule": None})
-    assert stream.supervised_by(manual, None, now) == "not supervised: supervision.schedule is null"
+    assert supervision.supervised_by(manual, None, now) == "not supervised: supervision.schedule is null"
     # A pass is recorded by each supervision, from either front end.
-    stream.supervise(pipeline, FakeTarget(home), by="sluice supervise", offsets=no_lag, start_new=False)
+    supervision.supervise(pipeline, FakeTarget(home), by="sluice supervise", offsets=no_lag, start_new=False)
     last = SupervisionPass.read(pipeline.name)
     assert last is not None and last.by == "sluice supervise" and last.host == hostname()
-    assert stream.status(pipeline, no_lag).supervision.startswith("supervised: last pass 0s ago")
+    assert supervision.status(pipeline, no_lag).supervision.startswith("supervised: last pass 0s ago")
