@@ -151,7 +151,7 @@ def operator(df: DataFrame, d: Derivation) -> DataFrame:
         s = d.state
         fields = {f.name: f for f in df.schema.fields}
         if s.kind == "session":
-            from jobs.sessions import Sessions
+            from jobs.keyed_sessions import Sessions
 
             key_fields = [StructField(k, fields[k].dataType, True) for k in s.keys]
             out_schema = StructType(

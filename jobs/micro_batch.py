@@ -24,7 +24,7 @@ from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from jobs import expectations, hadoopfs
+from jobs import hadoopfs, row_rules
 from jobs.backfill import clip_to_stream, drop_present, in_range, source_options
 from jobs.batches import (
     BatchFrame,
@@ -89,7 +89,7 @@ class BatchWriter(BatchFrame):
         if not self._schema_recorded:
             record_schema(self.spark, self.pipeline)
             self._schema_recorded = True
-        checked = expectations.check(batch, self.pipeline)
+        checked = row_rules.check(batch, self.pipeline)
         partitions = self._partitions(batch_id)
         if partitions is not None:
             audit = self._write_once(checked, batch_id, partitions)
@@ -128,7 +128,7 @@ class BatchWriter(BatchFrame):
             else "",
         )
         if audit.expectations:
-            log.info("%s batch %d expectations: %s", self.pipeline.name, batch_id, expectations.summary(audit))
+            log.info("%s batch %d expectations: %s", self.pipeline.name, batch_id, row_rules.summary(audit))
         if self.until is not None and batch_id >= self.until and self.stop is not None:
             self.stop.set()
 
@@ -148,7 +148,7 @@ class BatchWriter(BatchFrame):
             not self._written
             or self._cache_next
             or self.backfill is not None
-            or expectations.fail_rule_failed(self.pipeline) is not None
+            or row_rules.fail_rule_failed(self.pipeline) is not None
             or not self.pipeline.kafka.fail_on_data_loss
         ):
             return None
@@ -192,7 +192,7 @@ class BatchWriter(BatchFrame):
             self._quarantine_again(batch, batch_id, audit.records_quarantined)
         if audit.records_rescued:
             audit.rescued_paths = rescued_paths(batch.filter(good()), TOP_RESCUED_PATHS)
-        counts = expectations.read_counts(self.pipeline, [metrics])
+        counts = row_rules.read_counts(self.pipeline, [metrics])
         audit.expectations = {name: asdict(c) for name, c in counts.items()}
         return audit
 
@@ -218,7 +218,7 @@ class BatchWriter(BatchFrame):
     def _write_cached(self, checked: DataFrame, batch_id: int) -> BatchAudit:
         """Count the batch, then write it, from a copy kept in memory between the passes."""
         out, quarantine = self.sinks()
-        batch = for_split(checked, expectations.fail_rule_failed(self.pipeline)).persist(StorageLevel.MEMORY_AND_DISK)
+        batch = for_split(checked, row_rules.fail_rule_failed(self.pipeline)).persist(StorageLevel.MEMORY_AND_DISK)
         present = 0
         try:
             if self.backfill is not None:
@@ -230,7 +230,7 @@ class BatchWriter(BatchFrame):
                     batch = kept
             audit, counts = self._count(batch, batch_id)
             audit.records_already_present = present
-            expectations.enforce(batch, self.pipeline, batch_id, counts)
+            row_rules.enforce(batch, self.pipeline, batch_id, counts)
             if audit.records_out or audit.records_quarantined:
                 self._begin(batch_id)
             if audit.records_out:
@@ -250,7 +250,7 @@ class BatchWriter(BatchFrame):
         cp = self.pipeline.checkpoint_path.rstrip("/")
         hadoopfs.write_text(self.spark, f"{cp}/{checkpoint.WRITING_FILE}", str(batch_id))
 
-    def _count(self, batch: DataFrame, batch_id: int) -> tuple[BatchAudit, dict[str, expectations.RuleCount]]:
+    def _count(self, batch: DataFrame, batch_id: int) -> tuple[BatchAudit, dict[str, row_rules.RuleCount]]:
         rows = (
             batch.groupBy("topic", "partition", good().alias("ok"))
             .agg(
@@ -258,7 +258,7 @@ class BatchWriter(BatchFrame):
                 F.min("offset").alias("first"),
                 F.max("offset").alias("last"),
                 F.count_if(F.size(RESCUED_MAP) > 0).alias("rescued"),
-                *expectations.count_columns(self.pipeline),
+                *row_rules.count_columns(self.pipeline),
             )
             .collect()
         )
@@ -275,7 +275,7 @@ class BatchWriter(BatchFrame):
         audit.rows_out = audit.records_out
         if audit.records_rescued:
             audit.rescued_paths = rescued_paths(batch.filter(good()), TOP_RESCUED_PATHS)
-        counts = expectations.read_counts(self.pipeline, rows)
+        counts = row_rules.read_counts(self.pipeline, rows)
         audit.expectations = {name: asdict(c) for name, c in counts.items()}
         return audit, counts
 
@@ -319,7 +319,7 @@ def audit_columns(pipeline: Pipeline, partitions: list[tuple[str, int]]) -> list
         F.count(F.lit(1)).alias("n"),
         F.count_if(good()).alias("out"),
         F.count_if(good() & (F.size(RESCUED_MAP) > 0)).alias("rescued"),
-        *expectations.count_columns(pipeline),
+        *row_rules.count_columns(pipeline),
     ]
     for i, (topic, part) in enumerate(partitions):
         offset = F.when((F.col("topic") == topic) & (F.col("partition") == part), F.col("offset"))

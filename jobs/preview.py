@@ -2,7 +2,7 @@
 
 The sample becomes a DataFrame shaped as Spark's Kafka source delivers records, and goes
 through the same functions as a micro-batch: :func:`jobs.parse.parse`, the row rules
-(:func:`jobs.expectations.check`), and the split into flat rows and quarantined records.
+(:func:`jobs.row_rules.check`), and the split into flat rows and quarantined records.
 Nothing is written or committed; the result is plain Python
 (:class:`sluice.records.preview.Preview`).
 """
@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
-from jobs import expectations
+from jobs import row_rules
 from jobs.micro_batch import good
 from jobs.parse import flat_rows, parse, quarantine_rows, rescued_paths
 from sluice.errors import SluiceError, first_line
@@ -61,7 +61,7 @@ def run(spark: SparkSession, pipeline: Pipeline, records: list[Sampled], source:
         KAFKA_RECORD,
     )
     # Kept while it is read five ways: the sample is small, and parsing it once is enough.
-    checked = expectations.check(parse(raw, pipeline), pipeline).persist(StorageLevel.MEMORY_AND_DISK)
+    checked = row_rules.check(parse(raw, pipeline), pipeline).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         return _report(pipeline, checked, len(records), source)
     except (PySparkException, Py4JJavaError) as exc:  # a rule Spark cannot run, a JVM that went away
@@ -84,8 +84,8 @@ def _report(pipeline: Pipeline, checked: DataFrame, records_in: int, source: str
         rescued=rescued_paths(kept, TOP_RESCUED),
         columns=flat.columns,
     )
-    counts = expectations.count_columns(pipeline)
+    counts = row_rules.count_columns(pipeline)
     if counts:
-        totals = expectations.read_counts(pipeline, checked.agg(*counts).collect())
+        totals = row_rules.read_counts(pipeline, checked.agg(*counts).collect())
         report.rules = [RuleOutcome(name, c.action, c.checked, c.failed) for name, c in totals.items()]
     return report

@@ -1,6 +1,6 @@
 """Validate a pipeline's written table with Great Expectations: one batch per date partition.
 
-The suite comes from the spec (:mod:`jobs.quality`); GX's Spark data source reads each
+The suite comes from the spec (:mod:`jobs.gx_suite`); GX's Spark data source reads each
 selected date partition of the Delta or Parquet table as a batch, a checkpoint validates
 it, stores the result and rebuilds the Data Docs. The job writes a report (see
 :mod:`sluice.records.validation`) and exits 0 once it has validated; whoever reads the report
@@ -96,7 +96,7 @@ def checkpoint(ctx: Any, pipeline: Pipeline, now: datetime) -> Any:
     """Suite, batch definition, validation definition and checkpoint, stored (or updated)."""
     import great_expectations as gx
 
-    from jobs.quality import suite
+    from jobs.gx_suite import suite
 
     name = f"sluice.{pipeline.name}"
     batches = (

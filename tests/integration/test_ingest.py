@@ -464,7 +464,7 @@ def test_counts_a_write_did_not_observe_are_none_not_a_wait_for_ever(spark) -> N
 def test_a_second_read_that_finds_other_rejects_fails_the_batch(spark, broker, tmp_path) -> None:
     """The quarantine of a one-pass batch reads the batch again; if that read does not find
     the rejects the write counted, the batch fails before writing any of them."""
-    from jobs import expectations
+    from jobs import row_rules
     from jobs.micro_batch import BatchReadChanged, BatchWriter
     from jobs.parse import parse
 
@@ -474,7 +474,7 @@ def test_a_second_read_that_finds_other_rejects_fails_the_batch(spark, broker, t
     send(broker.bootstrap, topic, sent)
     rejects = sum(r.kind != "good" for r in sent)
     raw = spark.read.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap).option("subscribe", topic)
-    batch = expectations.check(parse(raw.load(), pipeline), pipeline)
+    batch = row_rules.check(parse(raw.load(), pipeline), pipeline)
     Path(pipeline.checkpoint_path).mkdir(parents=True)  # the tables' writer id is the query's
     (Path(pipeline.checkpoint_path) / "metadata").write_text(json.dumps({"id": "c0ffee00-0000-4000-8000-000000000001"}))
     writer = BatchWriter(spark, pipeline)

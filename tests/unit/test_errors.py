@@ -23,9 +23,9 @@ RAISED_IN_BATCH = (
                    ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
   File "/venv/lib/python3.11/site-packages/pyspark/sql/utils.py", line 162, in call
     self.func(DataFrame(jdf, wrapped_session_jdf), batch_id)
-  File "/work/jobs/expectations.py", line 119, in enforce
+  File "/work/jobs/row_rules.py", line 119, in enforce
     raise ExpectationFailed(
-jobs.expectations.ExpectationFailed: payments: expectation 'card_id_format' failed for 1 of 1 records in batch 2
+jobs.row_rules.ExpectationFailed: payments: expectation 'card_id_format' failed for 1 of 1 records in batch 2
 """
     + QUERY
 )
