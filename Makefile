@@ -64,9 +64,10 @@ $(SLUICE_HOME)/.chromium:
 	  apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
 	@mkdir -p $(SLUICE_HOME) && touch $@
 
-# Compiled once here, as pip does and uv does not by default: where PYTHONDONTWRITEBYTECODE is
-# set (many images set it) no import writes a cache, and every Python process compiled what it
-# imported from source again: 10 of the 34 s of an `airflow dags test`, 2.7 s of each Spark driver.
+# Installed packages compiled once here, as pip does and uv does not by default: where
+# PYTHONDONTWRITEBYTECODE is set (many images set it) no import writes a cache, and every Python
+# process compiled what it imported from source again: 10 of the 34 s of an `airflow dags test`,
+# 2.7 s of each Spark driver. (A venv installed before this: delete its bin/.installed.)
 $(BIN)/.installed: requirements.txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@test -x $(UV) || $(BIN)/python -m pip install -q uv==0.13.8

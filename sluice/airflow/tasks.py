@@ -2,8 +2,8 @@
 
 Sluice's errors become task states in one place (:func:`as_task_state`): nothing to do
 skips the task, a transient failure is retried, any other failure fails the task at once.
-The actions' modules (psutil, confluent-kafka) are imported when a task runs, never while
-the DAG file is parsed.
+The actions' modules (psutil, confluent-kafka) are imported when a task runs, not while the
+DAG file is parsed (but for a registry subject this host has never fetched: sluice.registry).
 """
 
 from __future__ import annotations

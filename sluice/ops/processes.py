@@ -1,7 +1,7 @@
 """The processes a launch starts on this host: spark-submit started detached, found again by
 its pid and command line, its log's tail, and its end (SIGTERM, then the process group).
 
-Apart from :mod:`sluice.ops.stream` so that what needs only these (the SQL endpoint's
+Apart from :mod:`sluice.ops.drivers` so that what needs only these (the SQL endpoint's
 commands) does not import the spec loader."""
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """A derived pipeline SIGKILLed between writing a batch and Spark committing it, then
 restarted from its checkpoint: no window and no session is lost or written twice.
 
-The driver runs through spark-submit as in production, on the RocksDB state store; the
-expected tables come from :mod:`tests.eventtime_model`, computed from the same events.
+The killed driver runs through spark-submit as in production, on the RocksDB state store,
+and resumes in the test's session from what it left on disk; the expected tables come from
+:mod:`tests.eventtime_model`, computed from the same events.
 """
 
 from __future__ import annotations

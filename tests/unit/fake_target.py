@@ -22,11 +22,12 @@ DRIVER = r"""
 import os, signal, sys, threading, time
 
 from sluice.records.run import Driver, Failures, Status
+from sluice import registry
 from sluice.spec import load_pipeline
 from sluice.state import lease as leases
 
 mode, name = sys.argv[1], sys.argv[2]
-pipeline = load_pipeline(sys.argv[sys.argv.index("--spec") + 1])
+pipeline = load_pipeline(sys.argv[sys.argv.index("--spec") + 1], schemas=registry.schema_file)  # as the job
 stopping = threading.Event()
 signal.signal(signal.SIGTERM, lambda *_: stopping.set())
 print("fake driver", mode, "WARN something Spark would say", flush=True)
