@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from sluice import config
-from sluice.spec.registry import RegistryError, RegistrySchema, cache_dir, cached_file, cached_versions, to_struct
+from sluice.spec.registry import RegistryError, RegistrySchema, cache_dir, cached_file, newest_cached, to_struct
 
 log = logging.getLogger("sluice.registry")
 
@@ -44,8 +44,7 @@ def schema_file(ref: RegistrySchema) -> Path:
         fresh = folder / f"v{pointer.read_text(encoding='utf-8').strip()}.json"
         if fresh.is_file():
             return fresh
-    cached = cached_versions(ref)
-    return _fetch_or_explain(ref, folder / f"v{cached[-1]}.json" if cached else None)
+    return _fetch_or_explain(ref, newest_cached(ref))
 
 
 def first_time(ref: RegistrySchema) -> Path:

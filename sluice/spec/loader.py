@@ -116,10 +116,9 @@ def parse_pipeline(
     try:
         if isinstance(spec.schema_path, RegistrySchema):
             schema_file = schemas(spec.schema_path)
-            schema = load_schema(schema_file)
         else:
             schema_file = _schema_file(spec_path, spec.schema_path)
-            schema = load_schema(schema_file)
+        schema = load_schema(schema_file)
     except SchemaError as exc:
         raise SpecError(spec_path, "schema", str(exc)) from None
     pipeline = Pipeline(spec, spec_path, schema_file, schema)

@@ -156,11 +156,13 @@ def cache_dir(ref: RegistrySchema) -> Path:
     return config.sluice_home() / "schema_cache" / registry / ref.subject
 
 
-def cached_versions(ref: RegistrySchema) -> list[int]:
+def newest_cached(ref: RegistrySchema) -> Path | None:
+    """The file of the highest version of the subject in this host's cache, if any."""
     folder = cache_dir(ref)
     if not folder.is_dir():
-        return []
-    return sorted(int(f.stem[1:]) for f in folder.glob("v*.json") if f.stem[1:].isdigit())
+        return None
+    versions = sorted(int(f.stem[1:]) for f in folder.glob("v*.json") if f.stem[1:].isdigit())
+    return folder / f"v{versions[-1]}.json" if versions else None
 
 
 def cached_file(ref: RegistrySchema) -> Path:
@@ -173,8 +175,7 @@ def cached_file(ref: RegistrySchema) -> Path:
         pointer = folder / "latest"
         found = folder / f"v{pointer.read_text(encoding='utf-8').strip()}.json" if pointer.is_file() else None
         if found is None or not found.is_file():
-            versions = cached_versions(ref)
-            found = folder / f"v{versions[-1]}.json" if versions else None
+            found = newest_cached(ref)
     if found is None or not found.is_file():
         raise RegistryError(
             f"{ref.subject} version {ref.version} of schema registry {ref.registry} has not been fetched on this "

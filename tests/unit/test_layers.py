@@ -23,27 +23,23 @@ def imports(path: Path) -> set[str]:
     return found
 
 
-def test_the_spec_package_imports_no_adapter_engine_or_network_library() -> None:
-    bad = {
+def forbidden(folder: Path, banned: tuple[str, ...]) -> set[str]:
+    """Each import of a module of ``folder`` that is, or is inside, one of ``banned``."""
+    return {
         f"{path.relative_to(ROOT)}: {name}"
-        for path in sorted((ROOT / "sluice" / "spec").glob("*.py"))
+        for path in sorted(folder.glob("*.py"))
         for name in imports(path)
-        if any(name == banned or name.startswith(banned + ".") for banned in NOT_IN_SPEC + NETWORK)
+        if any(name == b or name.startswith(b + ".") for b in banned)
     }
-    assert bad == set()
+
+
+def test_the_spec_package_imports_no_adapter_engine_or_network_library() -> None:
+    assert forbidden(ROOT / "sluice" / "spec", NOT_IN_SPEC + NETWORK) == set()
 
 
 def test_the_jobs_import_neither_the_launcher_nor_the_front_ends() -> None:
     # What a job needs of Spark's settings is in sluice.runtime, below both sides.
-    bad = {
-        f"{path.relative_to(ROOT)}: {name}"
-        for path in sorted((ROOT / "jobs").glob("*.py"))
-        for name in imports(path)
-        if any(
-            name == banned or name.startswith(banned + ".") for banned in ("sluice.ops", "sluice.airflow", "sluice.cli")
-        )
-    }
-    assert bad == set()
+    assert forbidden(ROOT / "jobs", ("sluice.ops", "sluice.airflow", "sluice.cli")) == set()
 
 
 def test_the_check_sees_an_import_it_forbids(tmp_path: Path) -> None:
