@@ -119,12 +119,23 @@ def spark(sluice_home: Path) -> Iterator[Any]:
         conf={
             "spark.ui.enabled": "false",
             "spark.sql.shuffle.partitions": "2",
-            # Every table writes Delta checkpoints early, so reading them is always tested.
-            "spark.databricks.delta.properties.defaults.checkpointInterval": "2",
         },
     )
     yield session
     session.stop()
+
+
+@contextmanager
+def delta_checkpoints_every(spark: Any, commits: int) -> Iterator[None]:
+    """Tables created inside write a Delta checkpoint every ``commits`` commits (Delta's
+    default is 10). A checkpoint costs about 1.8 s here, so only the tests about reading
+    through one ask for it early."""
+    key = "spark.databricks.delta.properties.defaults.checkpointInterval"
+    spark.conf.set(key, str(commits))
+    try:
+        yield
+    finally:
+        spark.conf.unset(key)
 
 
 def new_topic(broker: EmbeddedBroker, partitions: int = 2, prefix: str = "t") -> str:

@@ -20,7 +20,15 @@ from sluice.dev.generate import EventGenerator, Record
 from sluice.dev.produce import send, synthetic
 from sluice.records.audit import file_name as audit_file
 from sluice.spec import quarantine as q
-from tests.fixtures import audit_totals, kafka_keys, make_pipeline, new_topic, read_without_spark, run_available_now
+from tests.fixtures import (
+    audit_totals,
+    delta_checkpoints_every,
+    kafka_keys,
+    make_pipeline,
+    new_topic,
+    read_without_spark,
+    run_available_now,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -435,12 +443,8 @@ def test_a_batch_shaped_like_the_last_compiles_no_code(spark, broker, tmp_path, 
 
     monkeypatch.setattr(micro_batch.BatchWriter, "written", spy)
     # Delta writes a checkpoint at every tenth commit of a table, with code of its own.
-    interval = "spark.databricks.delta.properties.defaults.checkpointInterval"
-    spark.conf.set(interval, "100")
-    try:
+    with delta_checkpoints_every(spark, 100):
         run_available_now(spark, pipeline)
-    finally:
-        spark.conf.unset(interval)
     assert len(counts) == 6
     assert [b - a for a, b in itertools.pairwise(counts[1:])] == [0, 0, 0, 0], counts
     assert audit_totals(pipeline) == {"records_in": 60, "records_out": 60, "records_quarantined": 0}

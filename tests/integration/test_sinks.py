@@ -16,7 +16,15 @@ from sluice.dev.generate import EventGenerator
 from sluice.dev.produce import send
 from sluice.records import parquet_log
 from sluice.state.lease import Unfenced
-from tests.fixtures import audit_totals, kafka_keys, make_pipeline, new_topic, read_without_spark, run_available_now
+from tests.fixtures import (
+    audit_totals,
+    delta_checkpoints_every,
+    kafka_keys,
+    make_pipeline,
+    new_topic,
+    read_without_spark,
+    run_available_now,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -275,7 +283,7 @@ def test_a_driver_paused_before_its_commit_while_another_took_over_loses_and_dou
 def test_a_delta_writer_paused_between_its_check_and_its_commit_writes_its_batch_once(spark, tmp_path, caplog) -> None:
     """Delta's append answers the writer's last batch from the table's checksum
     (``sluice.delta.IdempotentAppend``): a replayed batch is skipped without a Spark job, also
-    by a driver that reads the table from disk. Delta's internals it uses are not a public API,
+    by a driver that reads the table from disk, through a checkpoint. Delta's internals it uses are not a public API,
     so this fails when they change. And the storage still decides: writer A finds batch 3
     missing, then pauses while its files are written (a UDF that waits); B writes batch 3 under
     the same app id and commits; A's commit then fails on B's, and its retry finds the batch."""
@@ -288,8 +296,10 @@ def test_a_delta_writer_paused_between_its_check_and_its_commit_writes_its_batch
     assert idempotent_append(spark) is not None, "sluice-delta.jar is not built: run `make setup`"
     table = str(tmp_path / "t")
     df = spark.range(0, 4, 1, 1).selectExpr("id", "current_date() AS date")
-    for batch in range(3):
-        DeltaSink(spark, table, "date", "w").write(df, batch)
+    with delta_checkpoints_every(spark, 2):  # a driver that finds the table reads a checkpoint
+        for batch in range(3):
+            DeltaSink(spark, table, "date", "w").write(df, batch)
+    assert (tmp_path / "t" / "_delta_log" / f"{2:020d}.checkpoint.parquet").exists()
 
     def jobs_of(write: Callable[[], None]) -> list[int]:
         group = f"replay-{uuid.uuid4().hex}"
