@@ -22,7 +22,7 @@ from sluice import config
 from sluice.spec import eventtime, files, registry, sqlcheck, strict
 from sluice.spec.derived import DerivedError, TableSource
 from sluice.spec.flatten import FlattenError
-from sluice.spec.pipeline import Pipeline, PipelineSpec, SpecError
+from sluice.spec.pipeline import BROKERS, Pipeline, PipelineSpec, SpecError
 from sluice.spec.registry import RegistrySchema
 from sluice.spec.rescue import rescuable
 from sluice.spec.schema import Array, Atomic, SchemaError, Struct, load_schema, parse_json_schema
@@ -86,6 +86,11 @@ def _field_path(loc: tuple[Any, ...]) -> str:
     return out.replace("schema_path", "schema")
 
 
+def _platform() -> dict[str, str]:
+    """What a spec leaves to the platform it runs on: the brokers of a Kafka source."""
+    return {BROKERS: config.bootstrap_servers()}
+
+
 def parse_pipeline(
     data: Any, spec_path: Path, seen: tuple[str, ...] = (), schemas: SchemaSource = registry.cached_file
 ) -> Pipeline:
@@ -96,7 +101,7 @@ def parse_pipeline(
         raise SpecError(spec_path, "", "a spec is a YAML mapping (name:, source:, schema:, ...)")
     data = _interpolate(data, spec_path)
     try:
-        spec = PipelineSpec.model_validate(data)
+        spec = PipelineSpec.model_validate(data, context=_platform())
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
@@ -421,6 +426,6 @@ def restore(record: dict[str, Any], now: Pipeline) -> Pipeline:
     """The pipeline a batch was planned under, from its :func:`recorded` spec, writing where
     ``now`` writes: a batch a crash interrupted is replayed under it, into the same tables."""
     where = {k: getattr(now.spec, k) for k in ("name", "source", "sink", "checkpoint", "allow_external_paths")}
-    spec = PipelineSpec.model_validate(record["spec"]).model_copy(update=where)
+    spec = PipelineSpec.model_validate(record["spec"], context=_platform()).model_copy(update=where)
     schema = parse_json_schema(json.dumps(record["schema"]), "the checkpoint's recorded schema")
     return Pipeline(spec, now.spec_path, now.schema_file, schema)

@@ -29,6 +29,7 @@ from pydantic import (
     Field,
     PositiveInt,
     Tag,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -111,11 +112,16 @@ def check_topic(name: str) -> str:
 
 Topic = Annotated[str, AfterValidator(check_topic)]
 
+#: The validation context's key for the brokers a Kafka source that names none reads.
+BROKERS = "bootstrap_servers"
+
 
 class Source(StrictModel):
     """Where events come from: Kafka topics (a list or a pattern) and consumer options."""
 
-    bootstrap_servers: str = Field(default_factory=config.bootstrap_servers, min_length=1)
+    # Left out, the loader gives the platform's brokers in the validation context: the
+    # model reads no environment.
+    bootstrap_servers: str = Field("", min_length=1, json_schema_extra={"default": "$SLUICE_KAFKA_BOOTSTRAP"})
     """The Kafka brokers, host:port[,host:port] [default: $SLUICE_KAFKA_BOOTSTRAP, the embedded broker's]."""
     topics: list[Topic] | None = None
     """The topics to read; give this or ``topic_pattern``."""
@@ -132,6 +138,16 @@ class Source(StrictModel):
     options: dict[str, str] = Field(default_factory=dict)
     """Passed through to Spark's Kafka source: ``kafka.*`` client settings (security, SASL, SSL...) and the source
     options Sluice does not type itself."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _platform_brokers(cls, data: Any, info: ValidationInfo) -> Any:
+        if isinstance(data, dict) and data.get("bootstrap_servers") is None:
+            brokers = (info.context or {}).get(BROKERS)
+            if not brokers:
+                raise ValueError("no Kafka brokers: give source.bootstrap_servers, or set SLUICE_KAFKA_BOOTSTRAP")
+            data = {**data, "bootstrap_servers": brokers}
+        return data
 
     @model_validator(mode="after")
     def _one_subscription(self) -> Source:

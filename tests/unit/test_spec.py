@@ -94,6 +94,23 @@ def test_environment_interpolation(tmp_path, monkeypatch) -> None:
         load_pipeline(write(tmp_path, GOOD.replace("localhost:9092", "${NOPE}")))
 
 
+def test_a_source_without_brokers_takes_the_platforms_from_the_loader_not_the_model(tmp_path, monkeypatch) -> None:
+    import yaml
+    from pydantic import ValidationError
+
+    from sluice.spec.pipeline import PipelineSpec
+
+    monkeypatch.setenv("SLUICE_KAFKA_BOOTSTRAP", "platform-1:9092")
+    text = GOOD.replace("  bootstrap_servers: localhost:9092\n", "")
+    assert load_pipeline(write(tmp_path, text)).spec.source.bootstrap_servers == "platform-1:9092"
+    # The model alone reads no environment: validated without the loader, it asks for them.
+    data = yaml.safe_load(text.replace("{schema}", str(ROOT / "schemas/device_signal/v1.json")))
+    with pytest.raises(ValidationError, match="no Kafka brokers: give source.bootstrap_servers"):
+        PipelineSpec.model_validate(data)
+    with pytest.raises(SpecError, match="source.bootstrap_servers"):  # given, but empty
+        load_pipeline(write(tmp_path, GOOD.replace("localhost:9092", "''")))
+
+
 @pytest.mark.parametrize(
     ("old", "new", "field", "message"),
     [
