@@ -23,11 +23,10 @@ import os
 import sys
 import threading
 from collections.abc import Callable
-from urllib.parse import urlsplit
 
 from pyspark.sql import SparkSession
 
-from jobs import hadoopfs
+from jobs import modes
 from jobs.lifecycle import configure_logging, stop_on_signals
 from jobs.lineage import StreamLineage
 from jobs.modes import mode_of
@@ -149,13 +148,16 @@ def _drive(
         reporter.report("starting")
     error: Exception | None
     try:
-        mode.refuse(backfill, available_now, processing_time)
-        tables = [pipeline.sink_path, pipeline.quarantine_path] if pipeline.table_format else []
-        for folder in {urlsplit(f).netloc: f for f in reversed([pipeline.checkpoint_path, *tables])}.values():
-            hadoopfs.check_put_if_absent(spark, folder)  # once per bucket, where this driver commits
-        mode.prepare(spark, rebuild)
-        error = mode.run(
-            spark, stop=stop, available_now=available_now, backfill=backfill, reporter=reporter, fence=fence
+        error = modes.run(
+            spark,
+            pipeline,
+            available_now=available_now,
+            processing_time=processing_time,
+            rebuild=rebuild,
+            stop=stop,
+            backfill=backfill,
+            reporter=reporter,
+            fence=fence,
         )
     except mode.refusals as exc:
         if reporter is not None:

@@ -19,6 +19,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from typing import ClassVar
+from urllib.parse import urlsplit
 
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
@@ -299,15 +300,24 @@ def run(
     pipeline: Pipeline,
     *,
     available_now: bool = False,
+    processing_time: str | None = None,
+    rebuild: bool = False,
     stop: threading.Event | None = None,
     backfill: BackfillPlan | None = None,
     reporter: StatusReporter | None = None,
     fence: Fence = UNFENCED,
 ) -> Exception | None:
     """Run the pipeline (or one backfill of it) in its mode until it ends or is stopped; its
-    error, if any. A run its mode cannot do raises one of the mode's refusals."""
+    error, if any. The one way in, for the driver (``jobs/ingest.py``), the tests and the
+    benchmarks: a run its mode cannot do raises one of the mode's refusals before anything is
+    touched; an object store that does not decide a put-if-absent is refused next
+    (:class:`hadoopfs.NoPutIfAbsent`); then the mode prepares (a rebuild's deletions) and runs."""
     mode = mode_of(pipeline)
-    mode.refuse(backfill, available_now, None)
+    mode.refuse(backfill, available_now, processing_time)
+    tables = [pipeline.sink_path, pipeline.quarantine_path] if pipeline.table_format else []
+    for folder in {urlsplit(f).netloc: f for f in reversed([pipeline.checkpoint_path, *tables])}.values():
+        hadoopfs.check_put_if_absent(spark, folder)  # once per bucket, where this run commits
+    mode.prepare(spark, rebuild)
     return mode.run(spark, stop=stop, available_now=available_now, backfill=backfill, reporter=reporter, fence=fence)
 
 
