@@ -65,6 +65,9 @@ class HoldingProxy:
         self.held: list[Held] = []
         self.requests: list[tuple[str, str, int]] = []  # (method, key, status) of every answered request
         self._arms: list[_Arm] = []
+        self._unconditional: list[re.Pattern[str]] = []
+        #: Keys of conditional uploads the server refused (412) and the proxy answered 200.
+        self.unconditional: list[str] = []
         self._waiting: dict[str, Held] = {}
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -82,6 +85,13 @@ class HoldingProxy:
         of its key is answered (or ``timeout`` seconds pass, then it goes on alone)."""
         with self._lock:
             self._arms.append(_Arm(re.compile(pattern), count, timeout))
+
+    def ignore_conditions(self, pattern: str) -> None:
+        """Play a store that ignores ``If-None-Match: *`` for keys matching ``pattern``: a
+        create the server refused (412, the object exists) is answered 200, as such a store
+        answers a second create. (The object keeps the first one's content.)"""
+        with self._lock:
+            self._unconditional.append(re.compile(pattern))
 
     def disarm(self) -> None:
         """Hold nothing more, and let every held upload go."""
@@ -142,9 +152,11 @@ class HoldingProxy:
                         if attempt == 2:
                             raise
                 status = resp.status
+                if status == 412 and self.command == "PUT" and proxy._ignores(key):
+                    status, data = 200, b""
                 proxy._answered(self.command, key, status, held)
                 try:
-                    self.send_response_only(status, resp.reason)
+                    self.send_response_only(status, resp.reason if status == resp.status else "OK")
                     for k, v in resp.getheaders():
                         if k.lower() not in ("transfer-encoding", "connection", "content-length"):
                             self.send_header(k, v)
@@ -192,6 +204,13 @@ class HoldingProxy:
                     self.held.append(held)
                     return held
         return None
+
+    def _ignores(self, key: str) -> bool:
+        with self._lock:
+            if any(p.search(key) for p in self._unconditional):
+                self.unconditional.append(key)
+                return True
+        return False
 
     def _answered(self, method: str, key: str, status: int, held: Held | None) -> None:
         with self._lock:

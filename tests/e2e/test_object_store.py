@@ -31,6 +31,7 @@ from sluice import storage
 from sluice.dev.generate import EventGenerator
 from sluice.dev.objectstore import S3Server
 from sluice.dev.produce import send, synthetic
+from sluice.errors import StartFailed
 from sluice.ops import processes, stream, supervision
 from sluice.ops.target import LocalTarget
 from sluice.records.checkpoint import read_committed
@@ -117,6 +118,32 @@ def test_two_writers_of_one_commit_on_s3_are_decided_by_the_server(object_store:
         assert content == ("first" if first == "True" else "second"), results  # the winner's text stands
     assert [h.status for h in proxy.held] == [412, 412], proxy.held  # the server refused the held uploads
     assert all(h.rival_status == 200 for h in proxy.held), proxy.held
+
+
+def test_a_store_that_ignores_put_if_absent_is_refused_before_anything_is_written(
+    object_store: S3Server, broker, tmp_path, monkeypatch, request
+) -> None:
+    """On a store that answers a second create of one object with success (an S3-compatible
+    server that ignores ``If-None-Match: *``, played here by the proxy), two writers of one
+    commit would both succeed. The driver probes the store first and refuses it, in words,
+    before it writes a row or a checkpoint entry."""
+    store = on_s3(object_store, monkeypatch)
+    proxy = HoldingProxy(object_store.port).start()
+    request.addfinalizer(proxy.stop)
+    for k, v in proxy.env(object_store.env()).items():
+        monkeypatch.setenv(k, v)  # the driver's S3 client goes through the proxy
+    proxy.ignore_conditions(r"/_sluice_probe/")
+    topic = new_topic(broker)
+    p = make_pipeline(tmp_path, topic, store=store, name="no_put_if_absent")
+    send(broker.bootstrap, topic, synthetic(EventGenerator(p, seed=11), 20))
+    with pytest.raises(StartFailed) as failed:
+        stream.start(p, LocalTarget("local[2]"), by="test", available_now=True)
+    assert "does not refuse a second create of one object" in str(failed.value), failed.value
+    assert proxy.unconditional, "the probe's second create never reached the store"
+    written = [key for method, key, _ in proxy.requests if method == "PUT" and "_sluice_probe" not in key]
+    assert written == [], written  # no table file, no log entry, no checkpoint entry
+    monkeypatch.setenv("AWS_ENDPOINT_URL", object_store.endpoint)  # this process reads the server itself
+    assert read_without_spark("delta", p.sink_path).num_rows == 0
 
 
 #: One Spark driver appending ``rows`` rows tagged ``writer`` to the Delta table at argv[1].
