@@ -83,8 +83,8 @@ $(AIRFLOW_VENV)/bin/.installed: pyproject.toml | $(BIN)/.installed
 
 # Great Expectations' Data Docs load their CSS and JavaScript from CDNs; the same files come
 # once from the npm registry, so the docs render on a machine without internet.
-$(JARS)/web/.installed: jobs/offline_docs.py | $(BIN)/.installed
-	$(BIN)/python -m jobs.offline_docs fetch $(JARS)/web
+$(JARS)/web/.installed: jobs/quality/offline_docs.py | $(BIN)/.installed
+	$(BIN)/python -m jobs.quality.offline_docs fetch $(JARS)/web
 	@touch $@
 
 $(JARS)/kafka/.installed: pom.xml | $(SLUICE_HOME)/.tools
@@ -157,7 +157,7 @@ $(JARS)/sluice/sluice-storage.jar: $(STORAGE_JAVA) $(JARS)/spark/.installed | $(
 	jar cf $@ -C $(JARS)/sluice/storage-classes .
 	@rm -rf $(JARS)/sluice/storage-classes
 
-# The one-pass parse of a record (jobs/java/sluice/parse; see jobs/one_pass.py), compiled
+# The one-pass parse of a record (jobs/java/sluice/parse; see jobs/stream/one_pass.py), compiled
 # against the wheel's jars.
 PARSE_JAVA := $(wildcard jobs/java/sluice/parse/*.java)
 $(JARS)/sluice/sluice-parse.jar: $(PARSE_JAVA) | $(BIN)/.installed $(SLUICE_HOME)/.tools
@@ -168,7 +168,7 @@ $(JARS)/sluice/sluice-parse.jar: $(PARSE_JAVA) | $(BIN)/.installed $(SLUICE_HOME
 	@rm -rf $(JARS)/sluice/parse-classes
 
 # Delta's idempotent append without a rebuild of the table's state (jobs/java/sluice/delta;
-# see DeltaSink in jobs/sinks.py), compiled against the wheel's jars and delta-spark.
+# see DeltaSink in jobs/tables/sinks.py), compiled against the wheel's jars and delta-spark.
 DELTA_JAVA := $(wildcard jobs/java/sluice/delta/*.java)
 $(JARS)/sluice/sluice-delta.jar: $(DELTA_JAVA) $(JARS)/spark/.installed | $(BIN)/.installed $(SLUICE_HOME)/.tools
 	@rm -rf $(JARS)/sluice/delta-classes && mkdir -p $(JARS)/sluice/delta-classes

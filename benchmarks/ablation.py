@@ -10,7 +10,7 @@ not declare. Every stage reads all of it from the earliest offset, ``--max-offse
 batch, into tables of its own. Each stage adds one thing to the one before (:data:`STAGES`);
 up to ``reason`` a stage writes what it adds as a column (``_probe_*``), so that Spark cannot
 leave it out of the plan, until a later stage consumes it. From ``quarantine split`` on the
-parse is Sluice's own (:func:`jobs.parse.parse`), and the last stage is the ingest job's
+parse is Sluice's own (:func:`jobs.stream.parse.parse`), and the last stage is the ingest job's
 ``drive``, what ``sluice run`` runs. Beside the stages, variants of the plain plan show what
 plain Spark's own Delta write costs (:data:`WRITE_VARIANTS`): statistics, codec, files.
 
@@ -173,7 +173,7 @@ def probed(raw: Any, pipeline: Any, level: str) -> Any:
     the stage adds as ``_probe_*`` columns until a later stage consumes it."""
     from pyspark.sql import functions as F
 
-    from jobs.parse import _lineage, parse_schema, rescued_json
+    from jobs.stream.parse import _lineage, parse_schema, rescued_json
     from sluice.spec import eventtime, rescue, strict
     from sluice.spec import quarantine as q
     from sluice.spec.columns import KEY, REASON, RESCUED, RESCUED_MAP, VARIANT
@@ -292,10 +292,11 @@ def run_stage(spark: Any, stage: str, pipeline: Any, conf: dict[str, str]) -> No
     """Run one stage's query over the whole topic (available now) until it ends."""
     from pyspark.sql import functions as F
 
-    from jobs import ingest, modes
-    from jobs.micro_batch import BatchWriter, good
-    from jobs.parse import flat_rows, parse, quarantine_rows, read_kafka
-    from jobs.sinks import DeltaSink
+    from jobs import ingest
+    from jobs.stream import modes
+    from jobs.stream.micro_batch import BatchWriter, good
+    from jobs.stream.parse import flat_rows, parse, quarantine_rows, read_kafka
+    from jobs.tables.sinks import DeltaSink
     from sluice.state import lease as leases
 
     date = pipeline.spec.date_partition.column

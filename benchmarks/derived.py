@@ -5,7 +5,7 @@ each (one micro-batch each), GitHub-push shaped: ``--keys`` repositories, event 
 advancing a minute a round with a few minutes of disorder, 2 % repeats of an earlier event
 id. Two ways read it, side by side in one run, each an available-now run per round:
 
-- ``sluice``: the derived job itself (``jobs.derive``): filter, deduplication within the
+- ``sluice``: the derived job itself (``jobs.stream.derive``): filter, deduplication within the
   watermark, 10-minute windows per repository, the late-row branch, Delta writes exactly
   once, the audit;
 - ``plain spark``: the same query a user would write by hand: ``withWatermark``,
@@ -132,8 +132,8 @@ def plain_query(spark: Any, pipeline: Any, checkpoint: str, out: str) -> Any:
 
 
 def measure(spark: Any, home: Path, keys: int, rounds: int, rows: int, seed: int) -> dict[str, list[dict[str, Any]]]:
-    from jobs import derive
-    from jobs.events import EventLog
+    from jobs.stream import derive
+    from jobs.stream.events import EventLog
     from sluice.spec import load_pipeline
 
     raw_path, pushes_path = specs(home, keys)

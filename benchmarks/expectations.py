@@ -46,7 +46,7 @@ def spec(work: Path, variant: str, run: int) -> dict[str, Any]:
 
 
 def ingest(spark: Any, work: Path, variant: str, run: int) -> dict[str, Any]:
-    from jobs.modes import run as run_query
+    from jobs.stream.modes import run as run_query
     from sluice.spec import parse_pipeline
 
     pipeline = parse_pipeline(spec(work, variant, run), ROOT / "pipelines" / "payments.yaml")

@@ -395,9 +395,9 @@ def continuous_fetch_wait() -> int:
 
 
 def start_query(spark: Any, pipeline: Any, mode: str, work: Path) -> Any:
-    """The branch's own query (jobs.continuous), or the same transformation as micro-batches."""
-    from jobs import continuous
-    from jobs.parse import parse, read_kafka
+    """The branch's own query (jobs.stream.continuous), or the same transformation as micro-batches."""
+    from jobs.stream import continuous
+    from jobs.stream.parse import parse, read_kafka
     from sluice.spec.continuous import source_options
 
     if mode in ("continuous", "real_time"):

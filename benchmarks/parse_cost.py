@@ -10,12 +10,12 @@ like Kafka's rows, and each variant's rows go to Spark's ``noop`` sink, which ev
 column and writes nothing. The variants:
 
 - the ablation's parse stages, each adding one thing (:func:`ablation.probed`);
-- ``reference parse``: :func:`jobs.parse.parse` for every record without the one pass, and
+- ``reference parse``: :func:`jobs.stream.parse.parse` for every record without the one pass, and
   the output columns, as the batch writer reads them;
 - ``sluice parse``: the same with the one pass first (what the job runs);
 - ``VARIANT alone``: ``try_parse_json`` and the typed columns read from it by ``variant_get``,
   with no ``from_json``: the least a parse that reads each record once as a VARIANT could cost;
-- ``JVM one pass``: :mod:`jobs.one_pass`, the value's bytes read once in the JVM into the
+- ``JVM one pass``: :mod:`jobs.stream.one_pass`, the value's bytes read once in the JVM into the
   typed columns and the rescued fields (``make setup`` builds its jar).
 
 Rounds alternate the order; the first round is a warm-up and is left out of the medians.
@@ -71,12 +71,12 @@ def variant_alone(raw: Any, pipeline: Any) -> Any:
 
 
 def sluice_parse(raw: Any, pipeline: Any, one_pass_first: bool = True) -> Any:
-    """:func:`jobs.parse.parse` with every column the writer reads from it: the output
+    """:func:`jobs.stream.parse.parse` with every column the writer reads from it: the output
     columns, the reason and the rescued fields; ``one_pass_first=False``: the reference
     parse for every record, as before the one pass."""
     from pyspark.sql import functions as F
 
-    from jobs.parse import parse, rescued_json
+    from jobs.stream.parse import parse, rescued_json
     from sluice.spec import eventtime
     from sluice.spec import quarantine as q
     from sluice.spec.columns import REASON, RESCUED
@@ -92,11 +92,11 @@ def sluice_parse(raw: Any, pipeline: Any, one_pass_first: bool = True) -> Any:
 
 def one_pass(raw: Any, pipeline: Any) -> Any:
     """The typed columns and the rescued fields from one pass of ``sluice.parse.OnePass``
-    (:mod:`jobs.one_pass`) over each value's bytes; a record it leaves to the reference parse
+    (:mod:`jobs.stream.one_pass`) over each value's bytes; a record it leaves to the reference parse
     is NULL here (the 1 % bad and nothing else, on this data)."""
     from pyspark.sql import functions as F
 
-    from jobs import one_pass
+    from jobs.stream import one_pass
     from sluice.spec import eventtime
     from sluice.spec import quarantine as q
     from sluice.spec.columns import RESCUED

@@ -139,7 +139,7 @@ def spark_variant(args: argparse.Namespace) -> dict[str, Any]:
     from pyspark.sql.types import StructType
 
     from jobs.session import local_session
-    from jobs.status import run_summary
+    from jobs.stream.status import run_summary
     from sluice.spec import load_pipeline
 
     spark = local_session(f"bench-{args.variant.replace(' ', '-')}", master=args.master)

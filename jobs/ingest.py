@@ -5,13 +5,13 @@ Run by ``sluice run SPEC`` and by Airflow, both through spark-submit::
     spark-submit ... jobs/ingest.py --spec pipelines/device_signals.yaml [--available-now]
     spark-submit ... jobs/ingest.py --spec ... --backfill PLAN   (a BackfillPlan as JSON)
 
-The job takes the pipeline's lease, picks its run mode (:mod:`jobs.modes`: micro-batch
+The job takes the pipeline's lease, picks its run mode (:mod:`jobs.stream.modes`: micro-batch
 ingest, a derived pipeline, a continuous branch) and runs it; the exit code says how it ended
 (0 stopped cleanly, 1 failed, 2 bad arguments, 3 refused before writing, 4 another driver
 holds the lease, 5 the lease was taken over).
 
 SIGTERM or Ctrl-C stops the query after the batch in progress has committed. While it
-runs, the job reports its state every second (:mod:`jobs.status`) for supervision.
+runs, the job reports its state every second (:mod:`jobs.stream.status`) for supervision.
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from collections.abc import Callable
 
 from pyspark.sql import SparkSession
 
-from jobs import modes
 from jobs.lifecycle import configure_logging, stop_on_signals
-from jobs.lineage import StreamLineage
-from jobs.modes import mode_of
-from jobs.status import StatusReporter
+from jobs.stream import modes
+from jobs.stream.lineage import StreamLineage
+from jobs.stream.modes import mode_of
+from jobs.stream.status import StatusReporter
 from sluice import registry
 from sluice.errors import root_cause
 from sluice.records.backfill import BackfillPlan

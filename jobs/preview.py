@@ -1,8 +1,8 @@
 """A sample of records through the pipeline's own stages, written nowhere (``sluice preview``).
 
 The sample becomes a DataFrame shaped as Spark's Kafka source delivers records, and goes
-through the same functions as a micro-batch: :func:`jobs.parse.parse`, the row rules
-(:func:`jobs.row_rules.check`), and the split into flat rows and quarantined records.
+through the same functions as a micro-batch: :func:`jobs.stream.parse.parse`, the row rules
+(:func:`jobs.stream.row_rules.check`), and the split into flat rows and quarantined records.
 Nothing is written or committed; the result is plain Python
 (:class:`sluice.records.preview.Preview`).
 """
@@ -21,15 +21,15 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
-from jobs import row_rules
-from jobs.micro_batch import good
-from jobs.parse import flat_rows, parse, quarantine_rows, rescued_paths
+from jobs.stream import row_rules
+from jobs.stream.micro_batch import good
+from jobs.stream.parse import flat_rows, parse, quarantine_rows, rescued_paths
 from sluice.errors import SluiceError, first_line
 from sluice.records.preview import Preview, RuleOutcome, Sampled
 from sluice.spec import Pipeline, flatten
 from sluice.spec.flatten import quote
 
-#: The columns of Spark's Kafka source, as :func:`jobs.parse.parse` reads them.
+#: The columns of Spark's Kafka source, as :func:`jobs.stream.parse.parse` reads them.
 KAFKA_RECORD = StructType(
     [
         StructField("key", BinaryType()),

@@ -22,8 +22,8 @@ import time
 
 from pyspark.sql import SparkSession
 
-from jobs import catalog, thrift
 from jobs.lifecycle import configure_logging, stop_on_signals
+from jobs.sql import catalog, thrift
 from sluice import registry
 from sluice.errors import first_line
 from sluice.records.endpoint import EndpointStatus

@@ -1,6 +1,6 @@
 """Validate a pipeline's written table with Great Expectations: one batch per date partition.
 
-The suite comes from the spec (:mod:`jobs.gx_suite`); GX's Spark data source reads each
+The suite comes from the spec (:mod:`jobs.quality.gx_suite`); GX's Spark data source reads each
 selected date partition of the Delta or Parquet table as a batch, a checkpoint validates
 it, stores the result and rebuilds the Data Docs. The job writes a report (see
 :mod:`sluice.records.validation`) and exits 0 once it has validated; whoever reads the report
@@ -24,8 +24,8 @@ from urllib.parse import unquote, urlparse
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs import docs_verdict, offline_docs
-from jobs.sinks import read_table, table_exists
+from jobs.quality import docs_verdict, offline_docs
+from jobs.tables.sinks import read_table, table_exists
 from sluice import registry
 from sluice.errors import SluiceError
 from sluice.records.validation import (
@@ -96,7 +96,7 @@ def checkpoint(ctx: Any, pipeline: Pipeline, now: datetime) -> Any:
     """Suite, batch definition, validation definition and checkpoint, stored (or updated)."""
     import great_expectations as gx
 
-    from jobs.gx_suite import suite
+    from jobs.quality.gx_suite import suite
 
     name = f"sluice.{pipeline.name}"
     batches = (

@@ -6,7 +6,7 @@ column to the event field it reads, and a derived pipeline's window, aggregates,
 filter map its columns to the upstream table's. Both sides report it:
 
 - Airflow's OpenLineage provider asks each Sluice task (:mod:`sluice.airflow.lineage`);
-- a stream's driver sends its run's own events (:mod:`jobs.lineage`): START, RUNNING while it
+- a stream's driver sends its run's own events (:mod:`jobs.stream.lineage`): START, RUNNING while it
   runs, then COMPLETE or FAIL, because Spark's OpenLineage listener loses a micro-batch
   stream's Delta output and a long-running job sends it no RUNNING events.
 
@@ -217,7 +217,7 @@ _SOURCE = "struct<topic:string,partition:int,offset:bigint,timestamp:timestamp>"
 
 
 def _verdict_outputs(pipeline: Pipeline, sources: list[tuple[str, str]]) -> list[OutputDataset]:
-    """A continuous branch's verdict records (see jobs.continuous): the chosen columns, the
+    """A continuous branch's verdict records (see jobs.stream.continuous): the chosen columns, the
     event time, where the record came from, and which rules fired, with the fields each
     rule reads; and its quarantine topic."""
     c = pipeline.spec.continuous or Continuous()

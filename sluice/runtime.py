@@ -2,7 +2,7 @@
 settings every job runs with, the catalog's, and the drivers' class-data archive option.
 
 Below both sides: the launcher (:mod:`sluice.ops.submit`) puts these on the spark-submit
-command line, and the jobs (``jobs/session.py``, ``jobs/sql.py``) open in-process sessions
+command line, and the jobs (``jobs/session.py``, ``jobs/sql/session.py``) open in-process sessions
 with the same. Nothing here starts a process.
 """
 
@@ -51,7 +51,7 @@ BASE_CONF = {
 def spark_jars() -> list[str]:
     """The connector jars `make setup` resolved (Kafka source/sink and Delta), Sluice's
     own commit classes for S3 (sluice.storage.PUT_IF_ABSENT), and, when they were built, its
-    one-pass parse (jobs.one_pass) and its Delta append (jobs.sinks.idempotent_append)."""
+    one-pass parse (jobs.stream.one_pass) and its Delta append (jobs.tables.sinks.idempotent_append)."""
     jars = sorted(str(p) for p in config.jars_dir("spark").glob("*.jar"))
     if not jars:
         raise SluiceError(f"no jars in {config.jars_dir('spark')}: run `make setup`")

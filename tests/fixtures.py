@@ -299,7 +299,7 @@ def read_verdicts(bootstrap: str, topic: str, expected: int, timeout: float) -> 
 
 
 def run_available_now(spark: Any, pipeline: Pipeline) -> None:
-    from jobs.modes import run
+    from jobs.stream.modes import run
 
     error = run(spark, pipeline, available_now=True)
     assert error is None, error

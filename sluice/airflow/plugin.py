@@ -6,7 +6,7 @@ as the UI) and needs the right to view the website. Pages are read from the Data
 they are: on one machine the local site (:func:`sluice.records.validation.docs_site`), on a
 cluster the copy every validating host writes to the shared store
 (:func:`sluice.records.validation.shared_quality`). Their CSS and JavaScript are the site's
-own files (``jobs/offline_docs.py``), so the pages work without the internet.
+own files (``jobs/quality/offline_docs.py``), so the pages work without the internet.
 """
 
 from __future__ import annotations

@@ -83,7 +83,7 @@ def demo(
 
 def _demo_report(pipelines: list[Pipeline]) -> None:
     from jobs.session import local_session
-    from jobs.sql import register_tables
+    from jobs.sql.session import register_tables
 
     with console.status("starting Spark for the report"):
         spark = local_session("sluice-demo-report")

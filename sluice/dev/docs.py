@@ -37,6 +37,10 @@ PACKAGES = (
     "sluice/dev",
     "sluice",
     "jobs",
+    "jobs/stream",
+    "jobs/tables",
+    "jobs/quality",
+    "jobs/sql",
     "benchmarks",
 )
 TOP = "PipelineSpec"

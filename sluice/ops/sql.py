@@ -172,7 +172,7 @@ def open_session(
         return EndpointSession(
             Endpoint(st.host, st.port).client_host, st.port, auth=st.auth, user=user, password=password
         )
-    from jobs.sql import LocalSession  # Spark starts only when there is no endpoint
+    from jobs.sql.session import LocalSession  # Spark starts only when there is no endpoint
 
     return LocalSession(warn)
 

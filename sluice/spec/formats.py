@@ -5,7 +5,7 @@ rewrite a window's row, whether the table has OPTIMIZE and VACUUM, what a derive
 lag is counted in, and whether a catalog reads the table's schema from its log at every query
 or takes it from files once. The spec, the DAGs, the CLI and the SQL catalog ask a
 :class:`TableFormat`; the Spark side writes and reads through one class per format
-(:mod:`jobs.sinks`), and ``sluice`` reads without Spark through another
+(:mod:`jobs.tables.sinks`), and ``sluice`` reads without Spark through another
 (:mod:`sluice.records.tables`).
 
 Example::
@@ -49,7 +49,7 @@ def table_format(sink_format: str) -> TableFormat | None:
 
 
 def for_format(registry: Mapping[str, T], fmt: str) -> T:
-    """A side's class for tables of format ``fmt`` (:data:`jobs.sinks.SINKS`,
+    """A side's class for tables of format ``fmt`` (:data:`jobs.tables.sinks.SINKS`,
     :data:`sluice.records.tables.READERS`); ValueError for a sink that is not a table."""
     try:
         return registry[fmt]

@@ -217,7 +217,7 @@ END"""
 
 
 def event_time_reason_sql(event_field: str, event_format: str, accepted: Bounds) -> str:
-    """The reason of a record read exactly (jobs.one_pass): only its event time can be wrong.
+    """The reason of a record read exactly (jobs.stream.one_pass): only its event time can be wrong.
     The same conditions as the end of :func:`reason_sql`, over ``__data`` and ``__event_ts``."""
     return f"CASE {_event_time_whens(event_field, event_format, accepted)} END"
 

@@ -1,7 +1,7 @@
 """What the catalog holds: each pipeline's table and quarantine as an external table of the
 ``sluice`` database, by location, with the spec's description as its comment.
 
-Only the statements are made here; ``jobs/catalog.py`` runs them in the Spark session that
+Only the statements are made here; ``jobs/sql/catalog.py`` runs them in the Spark session that
 owns the metastore.
 """
 

@@ -111,7 +111,7 @@ def metastore_conf(home: Path | None = None) -> dict[str, str]:
 
 def metastore_password() -> str | None:
     """The PostgreSQL metastore's password, from ``SLUICE_METASTORE_PASSWORD_FILE`` (None: no
-    password). Read by the Spark driver itself (see ``jobs/thrift.py``), so that it appears on
+    password). Read by the Spark driver itself (see ``jobs/sql/thrift.py``), so that it appears on
     no command line, in no run record and in no setting a client's session could show."""
     _no_password_in_environment()
     path = os.environ.get("SLUICE_METASTORE_PASSWORD_FILE")

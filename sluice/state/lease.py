@@ -26,7 +26,7 @@ The lease keeps drivers from competing; it does not make a commit safe. A driver
 after any check (a GC pause, a slow retry, SIGSTOP), so every commit is decided by the
 storage itself: a put-if-absent (Delta's log, Spark's checkpoint logs and the Parquet log on
 S3, a hard link on a local disk), and Parquet files named by the epoch that staged them
-(``jobs/sinks.py``).
+(``jobs/tables/sinks.py``).
 
 Example::
 

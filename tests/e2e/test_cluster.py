@@ -344,7 +344,7 @@ def test_every_action_works_from_either_hosts_command_line(hosts: Layout, capsys
         html = api.get(page).decode()
         verdict = "Succeeded" if report["partitions"][0]["success"] else "Failed"
         assert f"sluice.{p.name}" in html and verdict in html, html[:500]
-        # Its CSS and JavaScript too: the site's own copies (jobs/offline_docs.py), handed over
+        # Its CSS and JavaScript too: the site's own copies (jobs/quality/offline_docs.py), handed over
         # with the first page that needed them.
         assets = set(re.findall(r'(?:src|href)="([^"]*static/vendor/[^"]+)"', html))
         assert any(a.endswith(".js") for a in assets), html[:2000]

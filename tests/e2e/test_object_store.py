@@ -54,12 +54,12 @@ pytestmark = pytest.mark.e2e
 
 
 #: Two writers, each in a thread of one driver, create one object at once through the proxy: the
-#: Parquet log's commit (jobs/hadoopfs.py) and an entry of Spark's checkpoint log (through the
+#: Parquet log's commit (jobs/tables/hadoopfs.py) and an entry of Spark's checkpoint log (through the
 #: file manager Sluice sets on S3). Prints what each call returned, then what the object holds.
 RACE = """
 import functools, sys, threading
 from jobs.session import local_session
-from jobs import hadoopfs
+from jobs.tables import hadoopfs
 spark = local_session("put-if-absent", master="local[2]", conf={"spark.ui.enabled": "false"})
 jvm, conf = spark._jvm, spark._jsc.hadoopConfiguration()
 log_commit, checkpoint_entry = sys.argv[1], sys.argv[2]

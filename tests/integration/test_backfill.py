@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from jobs.modes import run
+from jobs.stream.modes import run
 from sluice.dev.generate import EventGenerator
 from sluice.dev.produce import send, synthetic
 from sluice.errors import NothingToDo

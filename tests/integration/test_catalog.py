@@ -1,4 +1,4 @@
-"""Registering Parquet tables in the catalog as their schema evolves (jobs/catalog.py), on a
+"""Registering Parquet tables in the catalog as their schema evolves (jobs/sql/catalog.py), on a
 real broker, Spark and Parquet sink: a field added inside an array's elements must show."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from jobs import catalog
+from jobs.sql import catalog
 from sluice.dev.generate import Record
 from sluice.dev.produce import send
 from sluice.sql.catalog import field_paths

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs.micro_batch import start
-from jobs.sinks import read_table, table_shape
+from jobs.stream.micro_batch import start
+from jobs.tables.sinks import read_table, table_shape
 from sluice.dev.generate import EventGenerator
 from sluice.dev.produce import send, synthetic
 from sluice.records.tables import read_shape

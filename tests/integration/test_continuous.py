@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer
 
-from jobs import continuous
-from jobs.parse import read_kafka
+from jobs.stream import continuous
+from jobs.stream.parse import read_kafka
 from sluice.dev.generate import EventGenerator
 from sluice.dev.produce import send, synthetic
 from sluice.spec.continuous import ContinuousError, explain_spark_error

@@ -20,8 +20,8 @@ import pytest
 import yaml
 from deltalake import DeltaTable
 
-from jobs.derive import UpstreamChanged, rebuild
-from jobs.modes import run
+from jobs.stream.derive import UpstreamChanged, rebuild
+from jobs.stream.modes import run
 from sluice.dev.generate import Record
 from sluice.dev.produce import send
 from sluice.records.tables import upstream_lag
@@ -206,7 +206,7 @@ def test_event_log_has_each_batch(world: dict[str, Any]) -> None:
 
 
 def test_a_changed_key_is_refused_against_the_checkpoint(world: dict[str, Any], spark: Any) -> None:
-    from jobs.derive import IncompatibleState, check_state
+    from jobs.stream.derive import IncompatibleState, check_state
 
     p = world["pushes"]
     spec = yaml.safe_load(p.spec_path.read_text()) | {"group_by": ["actor_login"]}

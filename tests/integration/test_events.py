@@ -1,4 +1,4 @@
-"""The event log's writes (jobs/events.py) on real Spark and Delta, read back with delta-rs:
+"""The event log's writes (jobs/stream/events.py) on real Spark and Delta, read back with delta-rs:
 rows spooled before a crash are written once, also when the crash cut a write short."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from jobs.events import EventLog
+from jobs.stream.events import EventLog
 from sluice.records.audit import BatchAudit
 from tests.fixtures import read_without_spark
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from jobs.modes import run
-from jobs.sinks import read_table
-from jobs.status import StatusReporter
+from jobs.stream.modes import run
+from jobs.stream.status import StatusReporter
+from jobs.tables.sinks import read_table
 from sluice.dev.generate import EventGenerator, Record
 from sluice.dev.produce import send, synthetic
 from sluice.records.run import Failures, Status

@@ -1,4 +1,4 @@
-"""jobs/hadoopfs.py's writes on a local disk, which Python makes itself (no `chmod` or
+"""jobs/tables/hadoopfs.py's writes on a local disk, which Python makes itself (no `chmod` or
 `readlink` forks): a rewrite replaces the whole file, a create refuses a file that exists,
 and neither leaves its temporary file behind."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs import hadoopfs
+from jobs.tables import hadoopfs
 
 pytestmark = pytest.mark.integration
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from jobs.batches import CheckpointMismatch
-from jobs.micro_batch import start
-from jobs.sinks import read_table
+from jobs.stream.batches import CheckpointMismatch
+from jobs.stream.micro_batch import start
+from jobs.tables.sinks import read_table
 from sluice.dev.generate import EventGenerator, Record
 from sluice.dev.produce import send, synthetic
 from sluice.records.audit import file_name as audit_file
@@ -292,7 +292,7 @@ def test_values_from_json_would_change_are_quarantined_with_the_field_or_coerced
 
 def write_paths(monkeypatch) -> list[str]:
     """The names of the BatchWriter paths each batch takes (_write_once, _write_cached), in order."""
-    from jobs import micro_batch
+    from jobs.stream import micro_batch
 
     passes: list[str] = []
     for method in ("_write_once", "_write_cached"):
@@ -321,7 +321,7 @@ def test_batches_written_in_one_pass_audit_and_write_what_cached_batches_do(
     rules that warn and drop: every batch's audit and every table must come out the same."""
     import random
 
-    from jobs import micro_batch
+    from jobs.stream import micro_batch
 
     topic = new_topic(broker, partitions=3)
     gen = EventGenerator(make_pipeline(tmp_path, topic), seed=31)
@@ -427,7 +427,7 @@ def test_a_batch_shaped_like_the_last_compiles_no_code(spark, broker, tmp_path, 
     the code, it would make Spark compile every batch afresh (see eventtime.per_batch). Six
     clean batches of 10: after the first two (the cached path, then the one-pass path), Spark
     compiles nothing."""
-    from jobs import micro_batch
+    from jobs.stream import micro_batch
 
     topic = new_topic(broker, partitions=1)
     pipeline = make_pipeline(tmp_path, topic, name="same_code", source={"max_offsets_per_trigger": 10})
@@ -456,7 +456,7 @@ def test_counts_a_write_did_not_observe_are_none_not_a_wait_for_ever(spark) -> N
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
-    from jobs.micro_batch import observed
+    from jobs.stream.micro_batch import observed
 
     seen = Observation("skipped-write")
     df = spark.range(3).observe(seen, F.count(F.lit(1)).alias("n"))
@@ -468,9 +468,9 @@ def test_counts_a_write_did_not_observe_are_none_not_a_wait_for_ever(spark) -> N
 def test_a_second_read_that_finds_other_rejects_fails_the_batch(spark, broker, tmp_path) -> None:
     """The quarantine of a one-pass batch reads the batch again; if that read does not find
     the rejects the write counted, the batch fails before writing any of them."""
-    from jobs import row_rules
-    from jobs.micro_batch import BatchReadChanged, BatchWriter
-    from jobs.parse import parse
+    from jobs.stream import row_rules
+    from jobs.stream.micro_batch import BatchReadChanged, BatchWriter
+    from jobs.stream.parse import parse
 
     topic = new_topic(broker)
     pipeline = make_pipeline(tmp_path, topic)

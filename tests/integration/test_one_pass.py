@@ -1,4 +1,4 @@
-"""The one-pass parse (jobs.one_pass) against the reference parse (jobs.parse.parse without it), record for record.
+"""The one-pass parse (jobs.stream.one_pass) against the reference parse (jobs.stream.parse.parse without it), record for record.
 
 Wherever ``OnePass`` claims a record, the reference must have read the same struct and the
 same rescued fields, and found no reason but one about the event time (which is derived
@@ -31,8 +31,8 @@ def compare(spark, pipeline, values: list[bytes | None]) -> dict[str, int]:
     reference found good."""
     from pyspark.sql import functions as F
 
-    from jobs import one_pass
-    from jobs.parse import parse, rescued_json
+    from jobs.stream import one_pass
+    from jobs.stream.parse import parse, rescued_json
     from sluice.spec import quarantine as q
     from sluice.spec.columns import REASON
     from sluice.spec.flatten import PARSED

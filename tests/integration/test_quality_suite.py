@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import yaml
 
-from jobs.gx_suite import local_naive, suite, table_columns
+from jobs.quality.gx_suite import local_naive, suite, table_columns
 from sluice import config
 from sluice.spec import load_pipeline
 

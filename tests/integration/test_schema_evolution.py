@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from jobs.micro_batch import start
+from jobs.stream.micro_batch import start
 from sluice.dev.generate import Record
 from sluice.dev.produce import send
 from sluice.ops.check import check

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.sinks import read_table
+from jobs.tables.sinks import read_table
 from sluice.dev.generate import EventGenerator
 from sluice.dev.produce import send
 from sluice.records import parquet_log
@@ -91,8 +91,8 @@ def test_spark_reads_sluice_parquet_log_and_sluice_reads_spark_file_sink(spark, 
 
 
 def test_parquet_commits_compact_and_expire_and_replays_are_skipped(spark, tmp_path, monkeypatch) -> None:
-    from jobs import sinks
-    from jobs.sinks import ParquetSink
+    from jobs.tables import sinks
+    from jobs.tables.sinks import ParquetSink
 
     sink = ParquetSink(spark, str(tmp_path / "t"), "date", "writer-a")
     other = ParquetSink(spark, str(tmp_path / "t"), "date", "writer-b")
@@ -120,7 +120,7 @@ def test_parquet_commits_compact_and_expire_and_replays_are_skipped(spark, tmp_p
 
 
 def test_a_crashed_attempt_leaves_nothing_readable_and_its_retry_cleans_up(spark, tmp_path) -> None:
-    from jobs.sinks import ParquetSink
+    from jobs.tables.sinks import ParquetSink
 
     table = tmp_path / "t"
     df = spark.range(5).selectExpr("id", "current_date() AS date")
@@ -162,7 +162,7 @@ def as_stream_and_backfill(write_all: Callable[[str], None]) -> None:
 def test_writers_committing_at_once_lose_no_commit(spark, tmp_path) -> None:
     """A stream and a backfill commit to one table at the same moment, many times over: the
     commit lock orders them, and every batch of both is listed once."""
-    from jobs.sinks import ParquetSink
+    from jobs.tables.sinks import ParquetSink
 
     table = str(tmp_path / "t")
     df = spark.range(0, 2, 1, 1).selectExpr("id", "current_date() AS date")  # one file a batch
@@ -186,7 +186,7 @@ def test_two_writers_creating_one_delta_table_at_once_both_land(spark, tmp_path)
     lets one first commit win, and the other writes again: every batch once, in every table."""
     from deltalake import DeltaTable
 
-    from jobs.sinks import DeltaSink
+    from jobs.tables.sinks import DeltaSink
 
     df = spark.range(0, 2, 1, 1).selectExpr("id", "current_date() AS date")
     tables = [str(tmp_path / f"t{i}") for i in range(4)]
@@ -229,8 +229,8 @@ def test_a_driver_paused_before_its_commit_while_another_took_over_loses_and_dou
     commit batch 3, and the log never names a file that is gone."""
     import random
 
-    from jobs import sinks
-    from jobs.sinks import ParquetSink
+    from jobs.tables import sinks
+    from jobs.tables.sinks import ParquetSink
     from sluice import faults
 
     monkeypatch.setattr(sinks, "commit_section", lambda claim, fence, timeout=120.0: contextlib.nullcontext())
@@ -291,7 +291,7 @@ def test_a_delta_writer_paused_between_its_check_and_its_commit_writes_its_batch
 
     from pyspark.sql import functions as F
 
-    from jobs.sinks import DeltaSink, idempotent_append
+    from jobs.tables.sinks import DeltaSink, idempotent_append
 
     assert idempotent_append(spark) is not None, "sluice-delta.jar is not built: run `make setup`"
     table = str(tmp_path / "t")

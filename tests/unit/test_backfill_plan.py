@@ -70,7 +70,7 @@ def test_anything_but_a_plan_is_refused_with_a_value_error(text: str) -> None:
 
 
 def test_a_backfill_reads_from_its_range_whatever_the_spec_says_about_where_to_start() -> None:
-    from jobs.backfill import source_options
+    from jobs.stream.backfill import source_options
 
     plan = BackfillPlan("b1", {"t": {0: (40, 90), 1: (5, 7)}})
     stream = {

@@ -225,7 +225,7 @@ def test_ddl_names() -> None:
 
 
 def test_sessions_merge_joins_out_of_order_events() -> None:
-    from jobs.keyed_sessions import merge
+    from jobs.stream.keyed_sessions import merge
 
     gap = 10
     assert merge([(0, 0, 1), (25, 25, 1), (12, 12, 1)], gap) == [(0, 0, 1), (12, 12, 1), (25, 25, 1)]

@@ -1,7 +1,7 @@
 """The Data Docs pages as GX 1.x itself renders them (its pandas engine: no Spark), after
 Sluice's touches: a failed warning marked as one on its own row, the asset named, the
 favicon found, and no link to GX's site. If GX changes the layout the marks rely on, this
-fails (``jobs/docs_verdict.py``)."""
+fails (``jobs/quality/docs_verdict.py``)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import re
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from jobs.docs_verdict import WARNING_MARK
-from jobs.offline_docs import ASSETS, local_path, localize
+from jobs.quality.docs_verdict import WARNING_MARK
+from jobs.quality.offline_docs import ASSETS, local_path, localize
 from jobs.validate import context, publish
 
 

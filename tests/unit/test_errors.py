@@ -23,9 +23,9 @@ RAISED_IN_BATCH = (
                    ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
   File "/venv/lib/python3.11/site-packages/pyspark/sql/utils.py", line 162, in call
     self.func(DataFrame(jdf, wrapped_session_jdf), batch_id)
-  File "/work/jobs/row_rules.py", line 119, in enforce
+  File "/work/jobs/stream/row_rules.py", line 119, in enforce
     raise ExpectationFailed(
-jobs.row_rules.ExpectationFailed: payments: expectation 'card_id_format' failed for 1 of 1 records in batch 2
+jobs.stream.row_rules.ExpectationFailed: payments: expectation 'card_id_format' failed for 1 of 1 records in batch 2
 """
     + QUERY
 )
@@ -33,13 +33,13 @@ jobs.row_rules.ExpectationFailed: payments: expectation 'card_id_format' failed 
 # The batch's write failed on the JVM, inside the Python function, after another error.
 CHAINED = (
     """An exception was raised by the Python Proxy. Return Message: Traceback (most recent call last):
-  File "/work/jobs/sinks.py", line 70, in write
+  File "/work/jobs/tables/sinks.py", line 70, in write
     .save(self.path)
 ValueError: first
 During handling of the above exception, another exception occurred:
 
 Traceback (most recent call last):
-  File "/work/jobs/sinks.py", line 80, in write
+  File "/work/jobs/tables/sinks.py", line 80, in write
     raise
 pyspark.errors.exceptions.captured.AnalysisException: [DELTA_FAILED_TO_MERGE_FIELDS] Failed to merge fields 'n'
 JVM stacktrace:

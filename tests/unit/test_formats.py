@@ -1,5 +1,5 @@
 """Each table format is one unit: what it can do (sluice.spec.formats), how Spark writes and reads
-it (jobs.sinks) and how Sluice reads it without Spark (sluice.records.tables)."""
+it (jobs.tables.sinks) and how Sluice reads it without Spark (sluice.records.tables)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import get_args
 
 import pytest
 
-from jobs.sinks import SINKS, table_sink
+from jobs.tables.sinks import SINKS, table_sink
 from sluice.records.tables import READERS, table_files
 from sluice.spec.formats import DELTA, FORMATS, PARQUET, table_format
 from sluice.spec.pipeline import Sink

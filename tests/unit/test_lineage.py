@@ -13,7 +13,7 @@ import pytest
 from openlineage.client.event_v2 import RunEvent
 from openlineage.client.serde import Serde
 
-from jobs.lineage import StreamLineage
+from jobs.stream.lineage import StreamLineage
 from sluice import lineage
 from sluice.spec import Pipeline, all_pipelines
 from tests.lineage_receiver import Invalid, check

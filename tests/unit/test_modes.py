@@ -1,4 +1,4 @@
-"""Each run mode is one class (jobs.modes): which one a spec gets, and what each refuses
+"""Each run mode is one class (jobs.stream.modes): which one a spec gets, and what each refuses
 before anything starts. The modes' runs themselves are tested on a real broker and Spark in
 tests/integration (test_ingest.py, test_derived.py, test_continuous.py)."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.backfill import BackfillRefused
-from jobs.modes import Continuous, Derived, MicroBatch, mode_of
+from jobs.stream.backfill import BackfillRefused
+from jobs.stream.modes import Continuous, Derived, MicroBatch, mode_of
 from sluice.records.backfill import BackfillPlan
 from sluice.spec import load_pipeline
 from sluice.spec.continuous import ContinuousError
@@ -55,7 +55,7 @@ class _Fence(Unfenced):
 
 
 def test_a_query_starts_again_after_a_fenced_drivers_log_entry_only_while_it_holds_the_lease() -> None:
-    from jobs.modes import _restartable
+    from jobs.stream.modes import _restartable
 
     concurrent = Exception("[CONCURRENT_STREAM_LOG_UPDATE] Concurrent update to the log. Multiple streaming jobs")
     holding, lost = _Fence(None), _Fence("taken over by worker-2")

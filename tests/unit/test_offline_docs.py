@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jobs.offline_docs import ASSETS, VENDOR, local_path, localize
+from jobs.quality.offline_docs import ASSETS, VENDOR, local_path, localize
 
 
 def test_every_cdn_link_points_at_a_copy_inside_the_site(tmp_path: Path) -> None:

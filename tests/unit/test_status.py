@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from jobs.status import run_summary
+from jobs.stream.status import run_summary
 
 
 def test_run_summary_counts_batches_with_input_and_sums_each_phase() -> None:
@@ -21,7 +21,7 @@ def test_run_summary_counts_batches_with_input_and_sums_each_phase() -> None:
 def test_run_summary_counts_records_as_the_writer_did_not_as_spark_read_them() -> None:
     """A batch written in one pass that had records to quarantine reads its input twice,
     and Spark counts both reads; the writer's own count is the one that reconciles."""
-    from jobs.events import WriterCounts
+    from jobs.stream.events import WriterCounts
 
     progress = [
         {"batchId": 4, "numInputRows": 80, "durationMs": {"triggerExecution": 900}},

@@ -46,7 +46,7 @@ import scala.jdk.javaapi.CollectionConverters;
  * <p>Delta's internals used here ({@code WriteIntoDelta}'s constructor and
  * {@code writeAndReturnCommitData}, {@code readTxn}, {@code setActive}) are not a public API:
  * {@code tests/integration/test_sinks.py} fails when they change, and
- * {@code jobs/sinks.py} falls back to the public writer when this class is not built.
+ * {@code jobs/tables/sinks.py} falls back to the public writer when this class is not built.
  */
 public final class IdempotentAppend {
   private IdempotentAppend() {}

@@ -22,7 +22,7 @@ import org.apache.hadoop.fs.Path;
  *
  * <p>Every commit Sluice makes on S3 goes through here: Delta's log ({@link ConditionalPutLogStore}),
  * Spark's streaming checkpoint logs ({@link ConditionalCheckpointFileManager}) and the Parquet
- * log (the Python side's {@code jobs/hadoopfs.py}).
+ * log (the Python side's {@code jobs/tables/hadoopfs.py}).
  *
  * <p>A refusal (HTTP 412) alone does not prove another writer won: S3A and the AWS SDK retry a
  * request whose answer was lost, and the retry of a PUT that succeeded is refused by its own

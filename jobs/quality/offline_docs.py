@@ -8,7 +8,7 @@ registry's integrity hash); after every validation :func:`localize` copies them 
 site and points every page at its own copies, so the site works from ``file://`` on a
 machine with no network at all.
 
-    python -m jobs.offline_docs fetch DIR     # what make setup runs
+    python -m jobs.quality.offline_docs fetch DIR     # what make setup runs
 """
 
 from __future__ import annotations
@@ -196,5 +196,5 @@ def assets_dir() -> Path:
 
 if __name__ == "__main__":  # pragma: no cover
     if len(sys.argv) != 3 or sys.argv[1] != "fetch":
-        sys.exit("usage: python -m jobs.offline_docs fetch DIR")
+        sys.exit("usage: python -m jobs.quality.offline_docs fetch DIR")
     fetch(Path(sys.argv[2]))

@@ -20,7 +20,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from jobs.parse import REASON
+from jobs.stream.parse import REASON
 from sluice.records.audit import BatchAudit
 from sluice.spec import Pipeline
 from sluice.spec import quarantine as q

@@ -20,9 +20,9 @@ from functools import reduce
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs import hadoopfs
-from jobs.batches import last_committed
-from jobs.sinks import TableSink
+from jobs.stream.batches import last_committed
+from jobs.tables import hadoopfs
+from jobs.tables.sinks import TableSink
 from sluice.records.backfill import BackfillPlan, describe, refused_all, size
 from sluice.records.checkpoint import parse_offsets
 from sluice.spec import Pipeline

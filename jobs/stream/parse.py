@@ -1,6 +1,6 @@
 """Kafka records to parsed events: the stages before a batch is split and written.
 
-A record is read once in the JVM (:mod:`jobs.one_pass`) when it can be read exactly; any
+A record is read once in the JVM (:mod:`jobs.stream.one_pass`) when it can be read exactly; any
 other, the reference: ``value`` is cast to a string and parsed with ``from_json`` against
 the pipeline's schema plus a corrupt-record column, and once more as a VARIANT for the fields
 the schema does not declare (:mod:`sluice.spec.rescue`). The event time is derived and every
@@ -16,7 +16,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from jobs import one_pass
+from jobs.stream import one_pass
 from sluice.spec import Pipeline, eventtime, flatten, rescue, strict
 from sluice.spec import quarantine as q
 from sluice.spec.columns import KEY, REASON, RESCUED, RESCUED_MAP, VARIANT
@@ -38,7 +38,7 @@ def parse_schema(pipeline: Pipeline) -> StructType:
 def parse(raw: DataFrame, pipeline: Pipeline, one_pass_first: bool = True) -> DataFrame:
     """Each record parsed, with its event time, its rescued fields and its quarantine reason.
 
-    A record :mod:`jobs.one_pass` reads exactly takes that one read: its row, its rescued
+    A record :mod:`jobs.stream.one_pass` reads exactly takes that one read: its row, its rescued
     fields, and a reason that only its event time can give. Every other record takes the
     reference parse below, which holds the one pass to account
     (``tests/integration/test_one_pass.py``); ``one_pass_first=False`` sends every record there.

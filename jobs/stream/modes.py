@@ -1,11 +1,11 @@
 """How each kind of pipeline runs, one class per mode. The ingest job (``jobs/ingest.py``) takes
 the spec's mode (:func:`mode_of`), lets it refuse what it cannot do, and runs it:
 
-- :class:`MicroBatch`: Kafka to tables in micro-batches (:mod:`jobs.micro_batch`), and backfills;
+- :class:`MicroBatch`: Kafka to tables in micro-batches (:mod:`jobs.stream.micro_batch`), and backfills;
 - :class:`Derived`: another pipeline's table, or Kafka with event-time work, to tables
-  (:mod:`jobs.derive`);
+  (:mod:`jobs.stream.derive`);
 - :class:`Continuous`: Kafka to Kafka, in continuous processing or Real-Time Mode
-  (:mod:`jobs.continuous`).
+  (:mod:`jobs.stream.continuous`).
 
 The two batch modes share one loop (:class:`BatchMode`): the event log, the status reports,
 a stop that takes effect after the batch in progress, and the restart after SPARK-57438.
@@ -25,11 +25,12 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from jobs import continuous, derive, hadoopfs, micro_batch
-from jobs.backfill import BackfillRefused
-from jobs.batches import STOP_MARKER, CheckpointMismatch, last_committed, restore_query_logging
-from jobs.events import EventLog
-from jobs.status import StatusReporter, run_summary
+from jobs.stream import continuous, derive, micro_batch
+from jobs.stream.backfill import BackfillRefused
+from jobs.stream.batches import STOP_MARKER, CheckpointMismatch, last_committed, restore_query_logging
+from jobs.stream.events import EventLog
+from jobs.stream.status import StatusReporter, run_summary
+from jobs.tables import hadoopfs
 from sluice.errors import first_line
 from sluice.records.audit import BatchAudit
 from sluice.records.audit import file_name as audit_file

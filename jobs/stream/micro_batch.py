@@ -5,7 +5,7 @@ to the output table and the rest to the quarantine table with the reason, and re
 counts (records in = records out + records quarantined) in the audit log beside the
 checkpoint. Both tables are written exactly once per batch, so a crash at any moment
 followed by a restart from the same checkpoint neither loses nor repeats a record.
-:func:`start` starts the stream's query, or a backfill's (:mod:`jobs.backfill`).
+:func:`start` starts the stream's query, or a backfill's (:mod:`jobs.stream.backfill`).
 """
 
 from __future__ import annotations
@@ -24,18 +24,19 @@ from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from jobs import hadoopfs, row_rules
-from jobs.backfill import clip_to_stream, drop_present, in_range, source_options
-from jobs.batches import (
+from jobs.stream import row_rules
+from jobs.stream.backfill import clip_to_stream, drop_present, in_range, source_options
+from jobs.stream.batches import (
     BatchFrame,
     CheckpointMismatch,
     check_checkpoint,
     clear_unfinished_writes,
     last_committed,
 )
-from jobs.events import WriterCounts
-from jobs.parse import REASON, flat_rows, for_split, parse, quarantine_rows, read_kafka, rescued_paths
-from jobs.sinks import log_growth, table_shape
+from jobs.stream.events import WriterCounts
+from jobs.stream.parse import REASON, flat_rows, for_split, parse, quarantine_rows, read_kafka, rescued_paths
+from jobs.tables import hadoopfs
+from jobs.tables.sinks import log_growth, table_shape
 from sluice.records import checkpoint
 from sluice.records.audit import BatchAudit
 from sluice.records.backfill import BackfillPlan

@@ -1,6 +1,6 @@
 """A record read once: ``sluice.parse.OnePass``, the candidate for issue 44's one-pass parse.
 
-The reference parse (:func:`jobs.parse.parse`) reads each value twice (``from_json`` on a
+The reference parse (:func:`jobs.stream.parse.parse`) reads each value twice (``from_json`` on a
 string copy, then a VARIANT) and evaluates a check, the rescued map and the reason per field
 in SQL: 5 to 6 s per 200,000 records on two cores, against 0.9 s for ``from_json`` alone
 (``benchmarks/parse_cost.py``). ``OnePass`` (``jobs/java/sluice/parse``, built by ``make
@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 #: The SQL function's name in a session (:func:`register`).
 FUNCTION = "sluice_one_pass"
 CLASS = "sluice.parse.OnePass"
-#: The column :func:`jobs.parse.parse` keeps the one pass's result in, until it is spent.
+#: The column :func:`jobs.stream.parse.parse` keeps the one pass's result in, until it is spent.
 COLUMN = "__one_pass"
 
 

@@ -1,6 +1,6 @@
 """The derived job: another pipeline's table (or Kafka) in, event-time work, a table out.
 
-Run by ``jobs/ingest.py`` (:class:`jobs.modes.Derived`) when the spec reads a table or declares
+Run by ``jobs/ingest.py`` (:class:`jobs.stream.modes.Derived`) when the spec reads a table or declares
 event-time work (``sluice run``, Airflow, the same spark-submit). The query is one stream with two branches
 over the same micro-batch (three for Kafka: records that cannot be parsed are the third):
 
@@ -31,11 +31,11 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import LongType, StructField, StructType
 
-from jobs import hadoopfs
-from jobs.batches import BatchFrame, check_checkpoint, clear_unfinished_writes
-from jobs.events import EventLog, WriterCounts
-from jobs.parse import REASON, flat_rows, ingestion_stamp, parse, quarantine_rows, read_kafka
-from jobs.sinks import TableSink, table_sink
+from jobs.stream.batches import BatchFrame, check_checkpoint, clear_unfinished_writes
+from jobs.stream.events import EventLog, WriterCounts
+from jobs.stream.parse import REASON, flat_rows, ingestion_stamp, parse, quarantine_rows, read_kafka
+from jobs.tables import hadoopfs
+from jobs.tables.sinks import TableSink, table_sink
 from sluice.records import checkpoint
 from sluice.records.audit import BatchAudit
 from sluice.spec import Pipeline, eventtime
@@ -151,7 +151,7 @@ def operator(df: DataFrame, d: Derivation) -> DataFrame:
         s = d.state
         fields = {f.name: f for f in df.schema.fields}
         if s.kind == "session":
-            from jobs.keyed_sessions import Sessions
+            from jobs.stream.keyed_sessions import Sessions
 
             key_fields = [StructField(k, fields[k].dataType, True) for k in s.keys]
             out_schema = StructType(

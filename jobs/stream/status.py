@@ -16,9 +16,9 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from jobs.batches import last_committed
-from jobs.events import WriterCounts
-from jobs.lineage import StreamLineage
+from jobs.stream.batches import last_committed
+from jobs.stream.events import WriterCounts
+from jobs.stream.lineage import StreamLineage
 from sluice.errors import SluiceError, root_cause
 from sluice.records.run import Failures, Status
 from sluice.state.lease import UNFENCED, Fence
@@ -90,7 +90,7 @@ class StatusReporter:
         #: The run's OpenLineage events, told each state reported here (None: not configured).
         self.lineage = lineage
         self.records_read, self.counted_upto = 0, -1
-        #: batch id -> its counts, from the batch writer (see jobs.events.WriterCounts).
+        #: batch id -> its counts, from the batch writer (see jobs.stream.events.WriterCounts).
         self.counts: dict[int, WriterCounts] = {}
         failures = Failures.read(name)
         #: The batch earlier runs failed on: once this run gets past it, they are forgotten.

@@ -31,7 +31,7 @@ import psutil
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
 
-from jobs.sinks import DeltaSink, commit_race
+from jobs.tables.sinks import DeltaSink, commit_race
 from sluice import config
 from sluice.errors import first_line
 from sluice.records.audit import BatchAudit

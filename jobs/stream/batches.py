@@ -14,8 +14,8 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from jobs import hadoopfs
-from jobs.sinks import TableSink, table_sink
+from jobs.tables import hadoopfs
+from jobs.tables.sinks import TableSink, table_sink
 from sluice import faults
 from sluice.records import checkpoint
 from sluice.records.audit import BatchAudit

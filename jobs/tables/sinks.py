@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 from pyspark.sql import DataFrame, SparkSession
 
-from jobs import hadoopfs
+from jobs.tables import hadoopfs
 from sluice import faults
 from sluice.records import parquet_log
 from sluice.spec import Pipeline, compatibility

@@ -16,9 +16,9 @@ from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
-from jobs import catalog, thrift
 from jobs.session import local_session
-from jobs.sinks import read_table, table_exists
+from jobs.sql import catalog, thrift
+from jobs.tables.sinks import read_table, table_exists
 from sluice import registry
 from sluice.errors import SluiceError, first_line
 from sluice.runtime import catalog_conf

@@ -28,9 +28,9 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
-from jobs import hadoopfs
-from jobs.parse import KEY, REASON, parse, read_kafka
-from jobs.status import StatusReporter
+from jobs.stream.parse import KEY, REASON, parse, read_kafka
+from jobs.stream.status import StatusReporter
+from jobs.tables import hadoopfs
 from sluice.spec import Continuous, Pipeline, flatten
 from sluice.spec import quarantine as q
 from sluice.spec.continuous import ENGINES, ContinuousError, check_slots, explain_spark_error, source_options
