@@ -29,7 +29,6 @@ from pyspark.sql import SparkSession
 from jobs.lifecycle import configure_logging, stop_on_signals
 from jobs.stream import modes
 from jobs.stream.lineage import StreamLineage
-from jobs.stream.modes import mode_of
 from jobs.stream.status import StatusReporter
 from sluice import registry
 from sluice.errors import root_cause
@@ -138,7 +137,7 @@ def _drive(
 ) -> int:
     spark = SparkSession.builder.appName(f"sluice-{pipeline.name}").getOrCreate()
     fence.app_id = spark.sparkContext.applicationId
-    mode = mode_of(pipeline)
+    mode = modes.mode_of(pipeline)
     if rebuild and (not mode.rebuilds or backfill is not None):
         log.error("%s: only a pipeline that reads another pipeline's table is rebuilt", pipeline.name)
         return 2

@@ -25,7 +25,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.quality import docs_verdict, offline_docs
-from jobs.tables.sinks import read_table, table_exists
+from jobs.tables.readers import read_table, table_exists
 from sluice import registry
 from sluice.errors import SluiceError
 from sluice.records.validation import (

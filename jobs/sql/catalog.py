@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pyspark.sql import SparkSession
 
 from jobs.tables import hadoopfs
-from jobs.tables.sinks import committed_files, newest_file_schema, table_exists
+from jobs.tables.readers import committed_files, newest_file_schema, table_exists
 from sluice.errors import first_line
 from sluice.spec import Pipeline
 from sluice.sql.catalog import CatalogTable, catalog_tables, database_statement, field_paths

@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 
 from jobs.session import local_session
 from jobs.sql import catalog, thrift
-from jobs.tables.sinks import read_table, table_exists
+from jobs.tables.readers import read_table, table_exists
 from sluice import registry
 from sluice.errors import SluiceError, first_line
 from sluice.runtime import catalog_conf

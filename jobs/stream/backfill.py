@@ -22,6 +22,7 @@ from pyspark.sql import functions as F
 
 from jobs.stream.batches import last_committed
 from jobs.tables import hadoopfs
+from jobs.tables.readers import read_table
 from jobs.tables.sinks import TableSink
 from sluice.records.backfill import BackfillPlan, describe, refused_all, size
 from sluice.records.checkpoint import parse_offsets
@@ -111,7 +112,7 @@ def drop_present(spark: SparkSession, batch: DataFrame, tables: Sequence[TableSi
         ],
     )
     for table in tables:
-        present = table.read(spark, table.path).filter(window).select(*KEYS).distinct()
+        present = read_table(spark, table.format.name, table.path).filter(window).select(*KEYS).distinct()
         batch = batch.join(
             present.withColumnsRenamed(dict(zip(KEYS, ("topic", "partition", "offset"), strict=True))),
             on=["topic", "partition", "offset"],

@@ -15,6 +15,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 
 from jobs.tables import hadoopfs
+from jobs.tables.readers import table_reader
 from jobs.tables.sinks import TableSink, table_sink
 from sluice import faults
 from sluice.records import checkpoint
@@ -171,7 +172,7 @@ def check_checkpoint(spark: SparkSession, pipeline: Pipeline) -> None:
     """
     if hadoopfs.has_children(spark, f"{pipeline.checkpoint_path}/offsets"):
         return
-    p, table = pipeline, table_sink(pipeline.spec.sink.format)
+    p, table = pipeline, table_reader(pipeline.spec.sink.format)
     for path in (p.sink_path, p.quarantine_path):
         if table.exists(spark, path):
             raise CheckpointMismatch(

@@ -35,7 +35,8 @@ from jobs.stream.batches import BatchFrame, check_checkpoint, clear_unfinished_w
 from jobs.stream.events import EventLog, WriterCounts
 from jobs.stream.parse import REASON, flat_rows, ingestion_stamp, parse, quarantine_rows, read_kafka
 from jobs.tables import hadoopfs
-from jobs.tables.sinks import TableSink, table_sink
+from jobs.tables.readers import table_reader
+from jobs.tables.sinks import TableSink
 from sluice.records import checkpoint
 from sluice.records.audit import BatchAudit
 from sluice.spec import Pipeline, eventtime
@@ -115,7 +116,7 @@ def read_upstream(spark: SparkSession, pipeline: Pipeline) -> DataFrame:
     table's log (which lists committed files only)."""
     up = pipeline.upstream
     assert up is not None
-    table, path = table_sink(up.spec.sink.format), up.sink_path
+    table, path = table_reader(up.spec.sink.format), up.sink_path
     if not table.exists(spark, path):
         raise UpstreamMissing(
             f"{pipeline.name}: the table of {up.name} ({path}) has no data yet; start {up.name} first "

@@ -36,7 +36,7 @@ from jobs.stream.batches import (
 from jobs.stream.events import WriterCounts
 from jobs.stream.parse import REASON, flat_rows, for_split, parse, quarantine_rows, read_kafka, rescued_paths
 from jobs.tables import hadoopfs
-from jobs.tables.sinks import log_growth, table_shape
+from jobs.tables.readers import log_growth, table_shape
 from sluice.records import checkpoint
 from sluice.records.audit import BatchAudit
 from sluice.records.backfill import BackfillPlan

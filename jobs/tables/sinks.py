@@ -1,6 +1,6 @@
-"""Each table format on the Spark side, one class per format: how a micro-batch is written
-exactly once across restarts, and how the table is found, read and read as a stream. What a
-format can do is :class:`sluice.spec.formats.TableFormat`; everything else asks these classes.
+"""Each table format's writer on the Spark side, one class per format: how a micro-batch is
+written exactly once across restarts. How a table is found and read is
+:mod:`jobs.tables.readers`; what a format can do is :class:`sluice.spec.formats.TableFormat`.
 
 Both formats are written from ``foreachBatch``, so one batch can feed the output table and
 its quarantine table, and a batch that runs again after a crash (same id, same offsets, as
@@ -23,9 +23,9 @@ from typing import Any, ClassVar
 from pyspark.sql import DataFrame, SparkSession
 
 from jobs.tables import hadoopfs
+from jobs.tables.readers import committed_files, read_log, table_exists
 from sluice import faults
 from sluice.records import parquet_log
-from sluice.spec import Pipeline, compatibility
 from sluice.spec.formats import DELTA, PARQUET, TableFormat, for_format
 from sluice.state.lease import UNFENCED, Claim, Fence, commit_section
 
@@ -48,7 +48,7 @@ COMMIT_RACE_ATTEMPTS = 3
 
 
 class TableSink(ABC):
-    """A table one writer appends micro-batches to, and what Spark needs to read it."""
+    """A table one writer appends micro-batches to (its reader: :mod:`jobs.tables.readers`)."""
 
     format: ClassVar[TableFormat]
 
@@ -66,27 +66,7 @@ class TableSink(ABC):
         raise NotImplementedError(f"{self.path}: a {self.format.name} table cannot replace rows")
 
     def has_commits(self) -> bool:
-        return self.exists(self.spark, self.path)
-
-    @classmethod
-    @abstractmethod
-    def exists(cls, spark: SparkSession, path: str) -> bool:
-        """Has a pipeline committed to the table at ``path`` (its log has entries)?"""
-
-    @classmethod
-    @abstractmethod
-    def shape(cls, spark: SparkSession, path: str) -> compatibility.Shape | None:
-        """The table's columns and partitioning, from its log (None if it has no data yet)."""
-
-    @classmethod
-    @abstractmethod
-    def read(cls, spark: SparkSession, path: str) -> DataFrame:
-        """The table's committed rows: never a file of a batch that did not finish."""
-
-    @classmethod
-    @abstractmethod
-    def read_stream(cls, spark: SparkSession, path: str, options: dict[str, str], skip_changes: bool) -> DataFrame:
-        """The table as a streaming source; ``skip_changes`` passes over commits that rewrite rows."""
+        return table_exists(self.spark, self.format.name, self.path)
 
 
 def commit_race(exc: BaseException) -> str | None:
@@ -176,30 +156,6 @@ class DeltaSink(TableSink):
             df.alias("s"), cond
         ).whenMatchedUpdateAll().whenNotMatchedInsertAll().execute()
 
-    @classmethod
-    def exists(cls, spark: SparkSession, path: str) -> bool:
-        return hadoopfs.has_children(spark, f"{path}/_delta_log")
-
-    @classmethod
-    def shape(cls, spark: SparkSession, path: str) -> compatibility.Shape | None:
-        from delta.tables import DeltaTable
-
-        if not cls.exists(spark, path):
-            return None
-        detail = DeltaTable.forPath(spark, path).detail().first()
-        schema = spark.read.format("delta").load(path).schema.json()
-        return compatibility.shape_from_spark_schema(schema, list(detail["partitionColumns"]) if detail else [])
-
-    @classmethod
-    def read(cls, spark: SparkSession, path: str) -> DataFrame:
-        return spark.read.format("delta").load(path)
-
-    @classmethod
-    def read_stream(cls, spark: SparkSession, path: str, options: dict[str, str], skip_changes: bool) -> DataFrame:
-        if skip_changes:
-            options = {**options, "skipChangeCommits": "true"}
-        return spark.readStream.format("delta").options(**options).load(path)
-
 
 STAGING = "_sluice_staging"
 MAX_COMMIT_ATTEMPTS = 20
@@ -270,36 +226,8 @@ class ParquetSink(TableSink):
         self._clean(batch_id)
         self._last = batch_id
 
-    @classmethod
-    def exists(cls, spark: SparkSession, path: str) -> bool:
-        # A commit, not just a folder: it may hold only a temporary file of a commit that died.
-        return parquet_log.latest(hadoopfs.list_names(spark, f"{path}/{parquet_log.LOG_DIR}")) is not None
-
-    @classmethod
-    def shape(cls, spark: SparkSession, path: str) -> compatibility.Shape | None:
-        entries = committed_files(spark, path)  # none when the log has no commit yet
-        if not entries:
-            return None
-        return compatibility.shape_from_spark_schema(
-            newest_file_schema(spark, entries), parquet_log.partition_columns(path, entries)
-        )
-
-    @classmethod
-    def read(cls, spark: SparkSession, path: str) -> DataFrame:
-        """Spark reads the ``_spark_metadata`` log when it is there, so files of an unfinished
-        batch are never seen. Schemas are merged: files written after the spec gained a column
-        have it, older ones read NULL."""
-        return spark.read.option("mergeSchema", "true").parquet(path)
-
-    @classmethod
-    def read_stream(cls, spark: SparkSession, path: str, options: dict[str, str], skip_changes: bool) -> DataFrame:
-        # The file source lists committed files only, and a Parquet table's commits only add
-        # files, so there are no changes to skip.
-        schema = cls.read(spark, path).schema  # the table's own, through its log
-        return spark.readStream.schema(schema).options(**options).parquet(path)
-
     def _read(self, commits: range) -> list[parquet_log.Entry]:
-        return _read_log(self.spark, self.log_dir, commits)
+        return read_log(self.spark, self.log_dir, commits)
 
     def _committed_batch(self) -> int:
         self._seen = parquet_log.latest(hadoopfs.list_names(self.spark, self.log_dir))
@@ -386,57 +314,9 @@ class ParquetSink(TableSink):
                 hadoopfs.delete(self.spark, f.uri)
 
 
-def _read_log(spark: SparkSession, log_dir: str, commits: range) -> list[parquet_log.Entry]:
-    entries = []
-    for commit in commits:
-        path = f"{log_dir}/{parquet_log.file_name(commit)}"
-        entries += parquet_log.parse(hadoopfs.read_text(spark, path), path)
-    return parquet_log.live(entries)
-
-
-def committed_files(spark: SparkSession, table: str) -> list[parquet_log.Entry]:
-    """The files a Parquet table's log lists (on any filesystem Hadoop reaches)."""
-    log_dir = f"{table.rstrip('/')}/{parquet_log.LOG_DIR}"
-    names = hadoopfs.list_names(spark, log_dir)
-    newest = parquet_log.latest(names)
-    if newest is None:
-        return []
-    parquet_log.check_interval(names)
-    return _read_log(spark, log_dir, parquet_log.needed(newest))
-
-
-def newest_file_schema(spark: SparkSession, entries: list[parquet_log.Entry]) -> str:
-    """The schema (Spark's JSON) of the newest file a Parquet table's log lists: its footer,
-    without the partition columns."""
-    return spark.read.parquet(parquet_log.newest(entries).path).schema.json()
-
-
-def log_growth(pipeline: Pipeline, read: compatibility.Reader) -> None:
-    """Log the columns the spec adds to the output table (already checked compatible)."""
-    fmt, path = pipeline.spec.sink.format, pipeline.sink_path
-    found = read(fmt, path) if pipeline.table_format else None
-    for change in compatibility.growth(compatibility.expected(pipeline)[0], found) if found else []:
-        log.info("%s: the table at %s evolves: %s", pipeline.name, path, change.describe())
-
-
 SINKS: dict[str, type[TableSink]] = {s.format.name: s for s in (DeltaSink, ParquetSink)}
 
 
 def table_sink(fmt: str) -> type[TableSink]:
-    """The class that writes and reads tables of format ``fmt`` (``delta`` or ``parquet``)."""
+    """The class that writes tables of format ``fmt`` (``delta`` or ``parquet``)."""
     return for_format(SINKS, fmt)
-
-
-def table_exists(spark: SparkSession, fmt: str, path: str) -> bool:
-    """Has a pipeline committed to the table at ``path`` (its Delta or Parquet log has entries)?"""
-    return table_sink(fmt).exists(spark, path)
-
-
-def table_shape(spark: SparkSession, fmt: str, path: str) -> compatibility.Shape | None:
-    """The columns and partitioning of the table at ``path`` (None if it has no data yet)."""
-    return table_sink(fmt).shape(spark, path)
-
-
-def read_table(spark: SparkSession, fmt: str, path: str) -> DataFrame:
-    """Read a table a pipeline wrote: its committed rows only."""
-    return table_sink(fmt).read(spark, path)

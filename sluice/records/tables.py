@@ -4,7 +4,7 @@ over the files a Parquet table's log lists; on local disk or S3 (see :func:`slui
 ``sluice check`` compares a table's shape with the spec's through :func:`read_shape`,
 ``sluice schema suggest`` reads the rescued values through :meth:`TableFiles.values`, and
 ``sluice status`` a derived pipeline's lag behind the table it reads through :func:`upstream_lag`. The job
-reads the same tables through Spark (:mod:`jobs.tables.sinks`), on any file system Hadoop reaches.
+reads the same tables through Spark (:mod:`jobs.tables.readers`), on any file system Hadoop reaches.
 
 Example::
 

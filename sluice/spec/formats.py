@@ -4,9 +4,9 @@ A sink's format decides more than how its files are written: whether a derived p
 rewrite a window's row, whether the table has OPTIMIZE and VACUUM, what a derived pipeline's
 lag is counted in, and whether a catalog reads the table's schema from its log at every query
 or takes it from files once. The spec, the DAGs, the CLI and the SQL catalog ask a
-:class:`TableFormat`; the Spark side writes and reads through one class per format
-(:mod:`jobs.tables.sinks`), and ``sluice`` reads without Spark through another
-(:mod:`sluice.records.tables`).
+:class:`TableFormat`; the Spark side writes through one class per format
+(:mod:`jobs.tables.sinks`) and reads through another (:mod:`jobs.tables.readers`), and
+``sluice`` reads without Spark through a third (:mod:`sluice.records.tables`).
 
 Example::
 
@@ -50,7 +50,8 @@ def table_format(sink_format: str) -> TableFormat | None:
 
 def for_format(registry: Mapping[str, T], fmt: str) -> T:
     """A side's class for tables of format ``fmt`` (:data:`jobs.tables.sinks.SINKS`,
-    :data:`sluice.records.tables.READERS`); ValueError for a sink that is not a table."""
+    :data:`jobs.tables.readers.READERS`, :data:`sluice.records.tables.READERS`); ValueError for
+    a sink that is not a table."""
     try:
         return registry[fmt]
     except KeyError:

@@ -24,7 +24,7 @@ import psutil
 import pytest
 from playwright.sync_api import expect
 
-from jobs.tables.sinks import read_table
+from jobs.tables.readers import read_table
 from sluice.dev.generate import EventGenerator
 from sluice.dev.ports import free_port
 from sluice.dev.produce import send, synthetic

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from jobs.stream.micro_batch import start
-from jobs.tables.sinks import read_table, table_shape
+from jobs.tables.readers import read_table, table_shape
 from sluice.dev.generate import EventGenerator
 from sluice.dev.produce import send, synthetic
 from sluice.records.tables import read_shape

@@ -15,7 +15,7 @@ import pytest
 
 from jobs.stream.modes import run
 from jobs.stream.status import StatusReporter
-from jobs.tables.sinks import read_table
+from jobs.tables.readers import read_table
 from sluice.dev.generate import EventGenerator, Record
 from sluice.dev.produce import send, synthetic
 from sluice.records.run import Failures, Status

@@ -15,7 +15,7 @@ import pytest
 
 from jobs.stream.batches import CheckpointMismatch
 from jobs.stream.micro_batch import start
-from jobs.tables.sinks import read_table
+from jobs.tables.readers import read_table
 from sluice.dev.generate import EventGenerator, Record
 from sluice.dev.produce import send, synthetic
 from sluice.records.audit import file_name as audit_file

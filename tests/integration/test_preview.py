@@ -18,7 +18,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from jobs.preview import TOP_RESCUED, rows_as_json
-from jobs.tables.sinks import read_table
+from jobs.tables.readers import read_table
 from sluice.dev.generate import EventGenerator
 from sluice.dev.produce import send, synthetic
 from sluice.ops.preview import preview

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jobs.tables.sinks import read_table, table_shape
+from jobs.tables.readers import read_table, table_shape
 from sluice.dev.produce import read_ndjson, send
 from sluice.records import audit
 from sluice.records.tables import read_shape

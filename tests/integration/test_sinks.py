@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.tables.sinks import read_table
+from jobs.tables.readers import read_table
 from sluice.dev.generate import EventGenerator
 from sluice.dev.produce import send
 from sluice.records import parquet_log

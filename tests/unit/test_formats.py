@@ -1,5 +1,6 @@
-"""Each table format is one unit: what it can do (sluice.spec.formats), how Spark writes and reads
-it (jobs.tables.sinks) and how Sluice reads it without Spark (sluice.records.tables)."""
+"""Each table format is one unit: what it can do (sluice.spec.formats), how Spark writes it
+(jobs.tables.sinks) and reads it (jobs.tables.readers), and how Sluice reads it without Spark
+(sluice.records.tables)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import get_args
 
 import pytest
 
+from jobs.tables import readers
 from jobs.tables.sinks import SINKS, table_sink
 from sluice.records.tables import READERS, table_files
 from sluice.spec.formats import DELTA, FORMATS, PARQUET, table_format
@@ -17,13 +19,14 @@ from sluice.sql.catalog import CatalogTable
 def test_every_table_format_the_spec_accepts_has_a_writer_and_a_reader() -> None:
     accepted = set(get_args(Sink.model_fields["format"].annotation))
     assert accepted == {*FORMATS, "kafka"}
-    assert set(SINKS) == set(READERS) == set(FORMATS)
+    assert set(SINKS) == set(readers.READERS) == set(READERS) == set(FORMATS)
     for name, fmt in FORMATS.items():
-        assert table_sink(name).format is fmt and table_files(name).format is fmt
+        assert table_sink(name).format is fmt and readers.table_reader(name).format is fmt
+        assert table_files(name).format is fmt
     assert table_format("kafka") is None
 
 
-@pytest.mark.parametrize("lookup", [table_sink, table_files])
+@pytest.mark.parametrize("lookup", [table_sink, readers.table_reader, table_files])
 def test_a_topic_is_not_a_table(lookup) -> None:
     with pytest.raises(ValueError, match="kafka is not a table format \\(one of delta, parquet\\)"):
         lookup("kafka")
