@@ -73,8 +73,8 @@ def maintain(spark: SparkSession, pipeline: Pipeline, today: dt.date | None = No
             m.vacuum_retain_hours,
         )
         done.append(result)
-    # The event log every stream appends to compacts itself (auto compaction); the files that
-    # compaction replaced are deleted here, by whichever pipeline's maintenance runs.
+    # The event log every stream appends to is compacted by its writers (jobs/stream/events.py);
+    # the files that compaction replaced are deleted here, by whichever pipeline's maintenance runs.
     events = config.events_table()
     try:
         if DeltaTable.isDeltaTable(spark, events):

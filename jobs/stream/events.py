@@ -10,10 +10,10 @@ starts, when it also takes over the spools of this host's drivers of the pipelin
 gone. (Two drivers of one pipeline can run on one host at once: one paused past its lease,
 and the one that took over.) Each write is one of
 Delta's idempotent writes (app id: the query's id, version: its newest batch in the
-write), so a write a crash interrupted is done again without writing a row twice. A batch that
+write), made with delta-rs, so a write a crash interrupted is done again without writing a row twice. A batch that
 Spark replays after a restart reports no progress (SPARK-57438); its row is made from the
-batch's audit (:meth:`EventLog.replayed`). A table this job creates compacts its small
-files itself (Delta's auto compaction); one created before that does not.
+batch's audit (:meth:`EventLog.replayed`). A flush compacts a date's partition once it holds
+``COMPACT_AT`` files.
 """
 
 from __future__ import annotations
@@ -28,11 +28,12 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 import psutil
+import pyarrow as pa
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
 
-from jobs.tables.sinks import DeltaSink, commit_race
-from sluice import config
+from jobs.tables.sinks import commit_race
+from sluice import config, storage
 from sluice.errors import first_line
 from sluice.records.audit import BatchAudit
 from sluice.records.run import run_dir
@@ -110,6 +111,31 @@ def progress_row(pipeline: str, progress: Any, counts: dict[int, WriterCounts]) 
         "date": batch_time.date(),
     }
 
+
+#: SCHEMA as delta-rs writes it (Delta's timestamp is UTC).
+ARROW_SCHEMA = pa.schema(
+    [
+        ("pipeline", pa.string()),
+        ("query_id", pa.string()),
+        ("run_id", pa.string()),
+        ("batch_id", pa.int64()),
+        ("batch_time", pa.timestamp("us", tz="UTC")),
+        ("input_rows", pa.int64()),
+        ("input_rows_per_second", pa.float64()),
+        ("processed_rows_per_second", pa.float64()),
+        ("watermark", pa.timestamp("us", tz="UTC")),
+        ("state_rows", pa.int64()),
+        ("state_memory_bytes", pa.int64()),
+        ("rows_dropped_by_watermark", pa.int64()),
+        ("late_rows", pa.int64()),
+        ("filtered_rows", pa.int64()),
+        ("duration_ms", pa.map_(pa.string(), pa.int64())),
+        ("state_operators", pa.string()),
+        ("date", pa.date32()),
+    ]
+)
+#: A date's partition with this many files is compacted at the next flush.
+COMPACT_AT = 50
 
 _TIMES = ("batch_time", "watermark")
 
@@ -274,12 +300,45 @@ class EventLog(StreamingQueryListener):
         return rows
 
     def _write(self, spark: SparkSession, rows: list[dict[str, Any]], query_id: str, version: int) -> None:
-        # The sinks' idempotent Delta write: each query is a writer, its newest batch the version.
-        DeltaSink(spark, self.path, "date", f"events-{query_id}").write(spark.createDataFrame(rows, SCHEMA), version)
+        """Delta's idempotent write, by delta-rs: each query is a writer (app id), its newest
+        batch in the write the version; rows of a version the table holds are skipped.
+
+        Not Spark's writer: a few rows a flush cost it one to nine seconds (the driver's stop
+        waited for them), delta-rs a fraction of one. Its commit is put-if-absent, as Spark's."""
+        from deltalake import CommitProperties, Transaction, write_deltalake
+
+        app_id = f"events-{query_id}"
+        table = storage.delta_table(self.path)
+        if table is None:
+            raise OSError(f"no event log at {self.path}")
+        written = table.transaction_version(app_id)
+        if written is not None and written >= version:
+            return
+        write_deltalake(
+            table,
+            pa.Table.from_pylist(rows, schema=ARROW_SCHEMA),
+            mode="append",
+            partition_by=["date"],
+            commit_properties=CommitProperties(app_transactions=[Transaction(app_id, version)]),
+        )
+        self._compact(table, {r["date"] for r in rows})
+
+    def _compact(self, table: Any, dates: set[date]) -> None:
+        """Each flush adds a file to its date's partition: one with many is compacted here (the
+        replaced files go at the next maintenance's VACUUM). Two drivers compacting at once
+        conflict on the same files, and the one that loses leaves it to the other."""
+        table.update_incremental()
+        for day in sorted(dates):
+            where = [("date", "=", day.isoformat())]
+            if len(table.file_uris(file_pruning_predicate=where)) < COMPACT_AT:
+                continue
+            try:
+                table.optimize.compact(partition_filters=where)
+            except Exception as exc:
+                log.info("%s: event log %s not compacted now: %s", self.pipeline, day, first_line(exc))
 
     def _create(self, spark: SparkSession) -> None:
-        """Create the table with auto compaction on, once: every stream appends a few rows a
-        batch, thousands of small files a day otherwise."""
+        """Create the table, once (with Spark, whose schema is the catalog's)."""
         if self._created:
             return
         from delta.tables import DeltaTable
@@ -291,7 +350,7 @@ class EventLog(StreamingQueryListener):
                     .location(self.path)
                     .addColumns(spark.createDataFrame([], SCHEMA).schema)
                 )
-                builder.partitionedBy("date").property("delta.autoOptimize.autoCompact", "true").execute()
+                builder.partitionedBy("date").execute()
             except Exception as exc:
                 if commit_race(exc) is None:  # another stream created it first: fine
                     raise

@@ -114,7 +114,9 @@ class S3Storage(Storage):
         return "s3://" + self.fs_path(uri)
 
     def storage_options(self) -> dict[str, str]:
-        options = {"AWS_REGION": self.region}
+        # delta-rs commits with If-None-Match (put-if-absent), as Sluice's Spark commits do,
+        # where it would otherwise refuse to write without a lock service.
+        options = {"AWS_REGION": self.region, "AWS_CONDITIONAL_PUT": "etag"}
         if self.endpoint:
             options |= {
                 "AWS_ENDPOINT_URL": self.endpoint,

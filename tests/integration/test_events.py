@@ -1,5 +1,6 @@
 """The event log's writes (jobs/stream/events.py) on real Spark and Delta, read back with delta-rs:
-rows spooled before a crash are written once, also when the crash cut a write short."""
+rows spooled before a crash are written once, also when the crash cut a write short, and a
+date's many small files are compacted."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from typing import Any
 
 import pytest
 
+from jobs.stream import events
 from jobs.stream.events import EventLog
+from sluice import storage
 from sluice.records.audit import BatchAudit
 from tests.fixtures import read_without_spark
 
@@ -87,3 +90,21 @@ def test_the_spools_of_gone_drivers_are_written_and_a_live_ones_left_alone(
     finally:
         paused.kill()
         paused.wait()
+
+
+def test_a_date_with_many_flushed_files_is_compacted_rows_unchanged(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each flush adds a small file to its date: at COMPACT_AT files the flush compacts them."""
+    table = tmp_path / "events"
+    monkeypatch.setenv("SLUICE_EVENTS_TABLE", str(table))
+    monkeypatch.setattr(events, "COMPACT_AT", 3)
+    log = EventLog("ev_small", "ev_small")
+    files = []
+    for n in range(4):
+        log.replayed(batch(n), "query-1", "run-1")
+        assert log.flush(spark, force=True) == 1
+        files.append(len(storage.delta_table(str(table)).file_uris()))
+    assert files == [1, 2, 1, 2]  # the third flush's file, and the two before it, made one
+    rows = read_without_spark("delta", str(table), ["batch_id"]).to_pylist()
+    assert sorted(r["batch_id"] for r in rows) == [0, 1, 2, 3]

@@ -33,6 +33,7 @@ def test_s3_names_the_same_object_for_every_reader(monkeypatch) -> None:
     assert s3.delta_uri("s3a://bucket/tables/t") == "s3://bucket/tables/t"
     assert s3.storage_options() == {
         "AWS_REGION": "us-east-1",
+        "AWS_CONDITIONAL_PUT": "etag",
         "AWS_ENDPOINT_URL": "http://127.0.0.1:9000",
         "AWS_ALLOW_HTTP": "true",
         "AWS_ACCESS_KEY_ID": "k",
