@@ -112,7 +112,8 @@ def progress_row(pipeline: str, progress: Any, counts: dict[int, WriterCounts]) 
     }
 
 
-#: SCHEMA as delta-rs writes it (Delta's timestamp is UTC).
+#: SCHEMA as delta-rs writes it (Delta's timestamp is UTC); tests/integration/test_events.py
+#: checks that the two agree.
 ARROW_SCHEMA = pa.schema(
     [
         ("pipeline", pa.string()),
@@ -326,8 +327,8 @@ class EventLog(StreamingQueryListener):
     def _compact(self, table: Any, dates: set[date]) -> None:
         """Each flush adds a file to its date's partition: one with many is compacted here (the
         replaced files go at the next maintenance's VACUUM). Two drivers compacting at once
-        conflict on the same files, and the one that loses leaves it to the other."""
-        table.update_incremental()
+        conflict on the same files, and the one that loses leaves it to the other. (The write
+        left ``table`` at its own commit: no second read of the log.)"""
         for day in sorted(dates):
             where = [("date", "=", day.isoformat())]
             if len(table.file_uris(file_pruning_predicate=where)) < COMPACT_AT:

@@ -108,3 +108,9 @@ def test_a_date_with_many_flushed_files_is_compacted_rows_unchanged(
     assert files == [1, 2, 1, 2]  # the third flush's file, and the two before it, made one
     rows = read_without_spark("delta", str(table), ["batch_id"]).to_pylist()
     assert sorted(r["batch_id"] for r in rows) == [0, 1, 2, 3]
+
+
+def test_the_rows_delta_rs_writes_have_the_tables_spark_schema(spark: Any) -> None:
+    """The table is created from SCHEMA (Spark's), the rows written with ARROW_SCHEMA: one
+    column changed in one and not the other would fail every flush."""
+    assert spark.createDataFrame([], events.SCHEMA).toArrow().schema == events.ARROW_SCHEMA
