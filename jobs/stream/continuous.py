@@ -153,7 +153,7 @@ def real_time(spark: SparkSession, writer: DataStreamWriter, interval: str) -> D
 
     PySpark 4.1 has no argument for it (``trigger(realTime=...)`` arrives in 4.2, SPARK-54660),
     so the JVM's public ``Trigger.RealTime`` is set on PySpark's private ``_jwrite``, as 4.2's
-    own ``trigger`` does. The one private use; tests/unit/test_real_time_trigger.py fails once
+    own ``trigger`` does. A private use; tests/unit/test_private_pyspark.py fails once
     PySpark has the argument, or no longer has ``_jwrite``."""
     jvm = spark._jvm
     assert jvm is not None

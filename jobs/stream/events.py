@@ -25,12 +25,14 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 import psutil
 import pyarrow as pa
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
+from pyspark.sql.streaming.listener import QueryProgressEvent, StreamingQueryProgress
 
 from jobs.tables.sinks import commit_race
 from sluice import config, storage
@@ -153,6 +155,44 @@ def _from_json(line: str) -> dict[str, Any]:
     return row
 
 
+class _ProgressAsJson:
+    """The Java side of :class:`EventLog`: each batch's progress read as one JSON text.
+
+    PySpark's own wrapper turns Spark's progress object into Python field by field, one call to
+    the JVM each, and it reads each map to its end by catching the iterator's exception, which
+    PySpark then checks against a dozen Java classes by name. Each name the JVM cannot find
+    searches every jar of Spark's class path, on Spark's listener thread, for every query's every
+    batch (docs/measured.md has what that cost). Here a batch costs three calls, and only the
+    batches of the log's own query are read at all.
+    """
+
+    def __init__(self, log: EventLog) -> None:
+        self.log = log
+
+    def onQueryStarted(self, jevent: Any) -> None:
+        pass
+
+    def onQueryProgress(self, jevent: Any) -> None:
+        try:
+            jprogress = jevent.progress()
+            if jprogress.name() != self.log.query_name:
+                return
+            progress = StreamingQueryProgress.fromJson(json.loads(jprogress.json()))
+        except Exception as exc:  # a monitoring row must never stop the stream
+            log.warning("%s: cannot read a batch's progress: %s", self.log.pipeline, first_line(exc))
+            return
+        self.log.onQueryProgress(QueryProgressEvent(progress))
+
+    def onQueryIdle(self, jevent: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, jevent: Any) -> None:
+        pass
+
+    class Java:
+        implements: ClassVar[list[str]] = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
+
+
 class EventLog(StreamingQueryListener):
     """Collects a row per batch of the queries named ``query_name`` in a spool; writes them on flush."""
 
@@ -169,6 +209,18 @@ class EventLog(StreamingQueryListener):
         self._created = False
         self._flushed = time.monotonic()
         self.interval = float(os.environ.get("SLUICE_EVENTS_FLUSH_SECONDS") or 30)
+
+    @property
+    def _jlistener(self) -> Any:
+        """What Spark calls: :class:`_ProgressAsJson`, not PySpark's own wrapper (see there).
+
+        PySpark's private hook for the Java side of a listener; ``tests/unit/test_private_pyspark.py``
+        fails when it changes."""
+        if not hasattr(self, "_jlistenerobj"):
+            jvm = SparkContext._jvm
+            assert jvm is not None, "no Spark session: a listener is added to a running one"
+            self._jlistenerobj = jvm.PythonStreamingQueryListenerWrapper(_ProgressAsJson(self))
+        return self._jlistenerobj
 
     def onQueryStarted(self, event: Any) -> None:
         pass
