@@ -6,11 +6,13 @@ user's own broker or tables. The jars come from where `make setup` put them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
 import subprocess
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -339,19 +341,110 @@ class Airflow:
 
     def dags_test(self, dag_id: str, conf: dict[str, Any] | None = None, env: dict[str, str] | None = None) -> DagTest:
         """`airflow dags test`: one whole DAG run, in-process, on the real components."""
-        args = ["dags", "test", dag_id]
-        if conf is not None:
-            args += ["-c", json.dumps(conf)]
-        done = self.run(*args, env=env)
-        out = done.stdout + done.stderr
-        m = re.search(r"DagRun Finished: dag_id=\S+ .*?state=(\w+)", out)
-        return DagTest(m.group(1) if m else f"unknown (exit {done.returncode})", out)
+        done = self.run(*_dags_test_args(dag_id, conf), env=env)
+        return DagTest.of(done.stdout + done.stderr, done.returncode)
+
+    def resident(self, request: pytest.FixtureRequest) -> ResidentAirflow:
+        """One Airflow interpreter for a test's many `airflow dags test` commands (see there),
+        ended with the test."""
+        resident = ResidentAirflow(self)
+        request.addfinalizer(resident.close)
+        return resident
+
+
+def _dags_test_args(dag_id: str, conf: dict[str, Any] | None) -> list[str]:
+    return ["dags", "test", dag_id] + (["-c", json.dumps(conf)] if conf is not None else [])
+
+
+#: Runs in the Airflow venv: reads one command line (JSON) at a time, runs it through Airflow's
+#: own CLI parser and command, with fds 1 and 2 sent to the file named, and answers the exit code.
+_RESIDENT = """
+import json, os, sys, traceback
+from airflow.cli import cli_parser
+answer = os.fdopen(os.dup(1), "w", buffering=1)
+parser = cli_parser.get_parser()
+for line in sys.stdin:
+    request = json.loads(line)
+    sys.stdout.flush(); sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(request["output"], "wb") as output:
+        os.dup2(output.fileno(), 1); os.dup2(output.fileno(), 2)
+        try:
+            args = parser.parse_args(request["args"])
+            args.func(args)
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        finally:
+            sys.stdout.flush(); sys.stderr.flush()
+            os.dup2(saved[0], 1); os.dup2(saved[1], 2)
+            os.close(saved[0]); os.close(saved[1])
+    answer.write(json.dumps({"code": code}) + "\\n")
+"""
+
+
+class ResidentAirflow:
+    """`airflow dags test` commands run one after the other by one Airflow interpreter.
+
+    Each command is what `airflow dags test` runs (Airflow's CLI parser and its ``dag_test``,
+    which parses the DAG files again and runs the DAG in-process), and its output is read as
+    the command's. What the commands no longer pay each time: importing Airflow, its providers
+    and Sluice (about 7 s), and building the in-process execution API, which Airflow keeps for
+    the process (about 8 s, docs/measured.md). The environment is the one the interpreter
+    started with: a test sets its variables first.
+    """
+
+    def __init__(self, airflow: Airflow) -> None:
+        python = str(Path(airflow.binary).with_name("python"))
+        self.folder = Path(tempfile.mkdtemp(prefix="sluice-airflow-"))
+        self.count = 0
+        self.proc = subprocess.Popen(
+            [python, "-c", _RESIDENT],
+            env=os.environ | airflow.env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def dags_test(self, dag_id: str, conf: dict[str, Any] | None = None) -> DagTest:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.count += 1
+        output = self.folder / f"{self.count}.log"
+        request = {"args": _dags_test_args(dag_id, conf), "output": str(output)}
+        try:
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+            answer = self.proc.stdout.readline()
+        except BrokenPipeError:
+            answer = ""
+        if not answer:
+            said = output.read_text()[-3000:] if output.exists() else "(no output)"
+            pytest.fail(f"the resident Airflow ended (exit {self.proc.wait()}): {said}")
+        return DagTest.of(output.read_text(), json.loads(answer)["code"])
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            with contextlib.suppress(BrokenPipeError):
+                self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 @dataclass(frozen=True)
 class DagTest:
     state: str
     log: str
+
+    @classmethod
+    def of(cls, out: str, code: int) -> DagTest:
+        m = re.search(r"DagRun Finished: dag_id=\S+ .*?state=(\w+)", out)
+        return cls(m.group(1) if m else f"unknown (exit {code})", out)
 
 
 @pytest.fixture(scope="session")

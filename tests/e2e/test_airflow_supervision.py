@@ -55,6 +55,7 @@ def test_start_backfill_kill_supervise_stall_stop(airflow, broker, spark, tmp_pa
     request.addfinalizer(receiver.close)
     monkeypatch.setenv("OPENLINEAGE_URL", receiver.url)
     monkeypatch.setenv("SLUICE_LINEAGE_INTERVAL", "1")
+    resident = airflow.resident(request)  # its nine commands in one interpreter, with the settings above
     topic = new_topic(broker, partitions=2)
     pipeline = make_pipeline(
         airflow.pipelines,
@@ -69,7 +70,7 @@ def test_start_backfill_kill_supervise_stall_stop(airflow, broker, spark, tmp_pa
     request.addfinalizer(lambda: drivers.driver_process(pipeline) and stream.stop(pipeline, by="test", timeout=60))
     missed = produce(pipeline, topic, broker, 120, seed=1)  # before the stream starts at 'latest'
 
-    run = airflow.dags_test(dag, {"action": "start"})
+    run = resident.dags_test(dag, {"action": "start"})
     assert run.state == "success", run.log[-4000:]
     assert "launched lifecycle on local[2]" in run.log
     driver = Driver.read("lifecycle")
@@ -82,18 +83,18 @@ def test_start_backfill_kill_supervise_stall_stop(airflow, broker, spark, tmp_pa
     wait_for("200 live records", lambda: committed_in(pipeline) >= 200, pipeline)
 
     # Backfill from the beginning: the 120 records the stream skipped land, the 200 it wrote do not repeat.
-    run = airflow.dags_test(dag, {"action": "backfill", "from_offset": 0})
+    run = resident.dags_test(dag, {"action": "backfill", "from_offset": 0})
     assert run.state == "success", run.log[-4000:]
     assert "backfill offsets-" in run.log
     backfills = sorted(Path(pipeline.checkpoint_path + "_backfills").iterdir())
     # A backfill without a range fails at once with the reason; one that holds no record skips
     # its Spark job and publishes nothing.
-    run = airflow.dags_test(dag, {"action": "backfill"})
+    run = resident.dags_test(dag, {"action": "backfill"})
     assert run.state == "failed" and "none was given" in run.log, run.log[-4000:]
     # A refusal ends the task with its reason alone: no traceback, no retry.
     assert "Traceback" not in run.log and "Task failed with exception" not in run.log, run.log[-4000:]
     assert "Retry policy decision" in run.log and "action=fail" in run.log, run.log[-4000:]
-    run = airflow.dags_test(dag, {"action": "backfill", "from_offset": 10**9})
+    run = resident.dags_test(dag, {"action": "backfill", "from_offset": 10**9})
     assert run.state == "success" and "nothing to backfill" in run.log, run.log[-4000:]
     assert sorted(Path(pipeline.checkpoint_path + "_backfills").iterdir()) == backfills
     table = read_table(spark, "delta", pipeline.sink_path)
@@ -103,7 +104,7 @@ def test_start_backfill_kill_supervise_stall_stop(airflow, broker, spark, tmp_pa
     # The driver dies hard; scheduled supervision restarts it from the checkpoint.
     os.killpg(first_pid, signal.SIGKILL)
     later = produce(pipeline, topic, broker, 150, seed=3)
-    run = airflow.dags_test(dag)  # default params: action=supervise
+    run = resident.dags_test(dag)  # default params: action=supervise
     assert run.state == "success", run.log[-4000:]
     assert "restarting it from its checkpoint" in run.log
     restarted = Driver.read("lifecycle")
@@ -116,7 +117,7 @@ def test_start_backfill_kill_supervise_stall_stop(airflow, broker, spark, tmp_pa
     proc.send_signal(signal.SIGSTOP)
     try:
         time.sleep(17)
-        run = airflow.dags_test(dag)
+        run = resident.dags_test(dag)
         assert run.state == "failed"
         assert "stalled: the driver is alive but has not reported for" in run.log
     finally:
@@ -124,12 +125,12 @@ def test_start_backfill_kill_supervise_stall_stop(airflow, broker, spark, tmp_pa
 
     # Stop after the current batch; a later supervision leaves it stopped.
     python_pid = Status.read("lifecycle").pid
-    run = airflow.dags_test(dag, {"action": "stop"})
+    run = resident.dags_test(dag, {"action": "stop"})
     assert run.state == "success", run.log[-4000:]
     assert "stopped lifecycle gracefully" in run.log and f"(Python driver pid {python_pid})" in run.log
     assert drivers.driver_process(pipeline) is None
     assert Status.read("lifecycle").state == "stopped"
-    run = airflow.dags_test(dag)  # a scheduled supervision leaves it stopped
+    run = resident.dags_test(dag)  # a scheduled supervision leaves it stopped
     assert run.state == "success" and "stopped on request" in run.log, run.log[-4000:]
     assert drivers.driver_process(pipeline) is None
 
@@ -144,7 +145,7 @@ def test_start_backfill_kill_supervise_stall_stop(airflow, broker, spark, tmp_pa
         return spark.sql(f"DESCRIBE DETAIL delta.`{pipeline.sink_path}`").first()["numFiles"]
 
     before = files()
-    run = airflow.dags_test("sluice_lifecycle_maintenance")
+    run = resident.dags_test("sluice_lifecycle_maintenance")
     assert run.state == "success", run.log[-4000:]
     assert "OPTIMIZE date >=" in run.log and "VACUUM RETAIN 168 HOURS" in run.log
     assert files() < before

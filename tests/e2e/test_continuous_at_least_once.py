@@ -21,7 +21,7 @@ from tests.fixtures import make_pipeline, new_topic, read_verdicts
 pytestmark = [pytest.mark.e2e, pytest.mark.chaos]
 
 
-def test_killed_continuous_branch_flags_everything_at_least_once(airflow, broker, tmp_path) -> None:
+def test_killed_continuous_branch_flags_everything_at_least_once(airflow, broker, tmp_path, request) -> None:
     topic = new_topic(broker, partitions=2, prefix="pay")
     pipeline = make_pipeline(
         airflow.pipelines,
@@ -34,7 +34,8 @@ def test_killed_continuous_branch_flags_everything_at_least_once(airflow, broker
         continuous={"checkpoint_interval": "1 second", "rules": {"large_amount": "amount > 1500"}},
         supervision={"schedule": None, "max_stall": "2 minutes"},
     )
-    run = airflow.dags_test("sluice_fraud_chaos", {"action": "start"})
+    resident = airflow.resident(request)  # both commands in one Airflow interpreter
+    run = resident.dags_test("sluice_fraud_chaos", {"action": "start"})
     assert run.state == "success", run.log[-4000:]
     first = Driver.read("fraud_chaos")
 
@@ -50,7 +51,7 @@ def test_killed_continuous_branch_flags_everything_at_least_once(airflow, broker
     os.killpg(first.pid, signal.SIGKILL)
     sender.join()
 
-    run = airflow.dags_test("sluice_fraud_chaos")  # scheduled supervision: the driver is gone
+    run = resident.dags_test("sluice_fraud_chaos")  # scheduled supervision: the driver is gone
     assert run.state == "success", run.log[-4000:]
     assert "restarting it from its checkpoint" in run.log
 
